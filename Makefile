@@ -1,0 +1,42 @@
+# The two commands of the README:
+#   make chapter   - the main job: train the toy PPO (table + curves), build the notebooks, render the solved chapter
+#   make test      - every check CI runs (ruff, pytest incl. nbval and nbgrader), on a fresh machine too
+# Both create .venv from requirements/lock.txt on first use (about two minutes), then reuse it.
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+OUT     := build
+
+.PHONY: env chapter train test lint lock bench clean
+
+env: $(STAMP)
+
+$(STAMP): requirements/lock.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+train: env
+	$(BIN)/python -m mlbook_solutions.run_toy --out $(OUT)
+
+chapter: train
+
+lint: env
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+# Re-pin every package after changing a direct dependency (torch stays at the local CPU 2.13.0).
+lock:
+	rm -rf /tmp/mlbook-lock && $(PY) -m venv /tmp/mlbook-lock
+	/tmp/mlbook-lock/bin/pip install --quiet torch==2.13.0 jupyter nbgrader jupytext nbval pytest matplotlib ruff tqdm
+	{ head -2 requirements/lock.txt; /tmp/mlbook-lock/bin/pip freeze | grep -v -E '^(torch==|-e )'; echo torch==2.13.0; } > requirements/lock.new
+	mv requirements/lock.new requirements/lock.txt
+
+clean:
+	rm -rf $(OUT) $(VENV)

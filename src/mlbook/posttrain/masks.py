@@ -1,0 +1,88 @@
+"""Masked reductions and input checks shared by every per-token PPO function.
+
+Per-token tensors are (B, T-1) and aligned with ``token_log_probs``; ``response_mask`` is 1.0 on
+response tokens and 0.0 on prompt and padding. The ``validate_*`` functions raise a ``ValueError``
+that names the argument and what is wrong with it, so a bad call fails at the call, not three
+functions later with a broadcasting error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over all ranks (identity in one process)
+
+
+def _no_reduce(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum()
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask == 1`` (0 if the mask is empty)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = _no_reduce, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / std`` over masked positions; zero outside the mask.
+
+    Uses the population variance of the masked entries. ``reduce`` sums its argument over ranks, so
+    under DDP the mean and std are those of the whole global batch (sum, sum of squares, count).
+    """
+    stats = reduce(torch.stack([masked_sum(x, mask), masked_sum(x * x, mask), mask.sum()]).to(x.dtype))
+    total, total_sq, count = stats.unbind()
+    count = count.clamp(min=1.0)
+    mean = total / count
+    var = (total_sq / count - mean * mean).clamp(min=0.0)
+    return (x - mean) * torch.rsqrt(var + eps) * mask
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def validate_mask(mask: torch.Tensor, name: str = "response_mask") -> None:
+    """A 2-D tensor whose entries are all 0 or 1."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (B, T-1), got shape {tuple(mask.shape)}")
+    if not ((mask == 0) | (mask == 1)).all():
+        bad = mask[(mask != 0) & (mask != 1)].flatten()[:3].tolist()
+        raise ValueError(f"{name} must contain only 0 and 1, found values such as {bad}")
+
+
+def validate_per_token(response_mask: torch.Tensor, **tensors: torch.Tensor) -> None:
+    """Every named tensor is a finite floating tensor with the mask's shape; the mask is 0/1."""
+    validate_mask(response_mask)
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != response_mask.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)} but response_mask has shape {tuple(response_mask.shape)}; "
+                "all per-token tensors must be (B, T-1), aligned with token_log_probs"
+            )
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} contains NaN or inf at {int((~torch.isfinite(t)).sum())} position(s)")
+
+
+def validate_has_response(response_mask: torch.Tensor) -> None:
+    """Every row has at least one response token (the score needs a position to land on)."""
+    empty = (response_mask.sum(dim=1) == 0).nonzero().flatten()
+    if len(empty):
+        raise ValueError(f"rows {empty.tolist()[:5]} of response_mask have no response token (empty response)")
+
+
+def validate_scores(scores: torch.Tensor, batch: int) -> None:
+    if not isinstance(scores, torch.Tensor) or scores.shape != (batch,):
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ValueError(f"scores must be a (B,) tensor with B={batch}, got {shape}")
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores contain NaN or inf")

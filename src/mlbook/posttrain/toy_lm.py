@@ -1,0 +1,215 @@
+"""A tiny causal transformer over a readable vocabulary: the "language model" of the PPO chapter.
+
+Small enough that a full PPO run takes about a second on a laptop CPU, big enough to have the
+parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it,
+and a per-token log-prob function whose alignment every PPO tensor follows:
+
+    tokens            (B, T)    prompt + response + padding
+    token_log_probs   (B, T-1)  index t scores tokens[:, t+1] given tokens[:, :t+1]
+    response_mask     (B, T)    1 on generated tokens up to and including <|end|>; [:, 1:] aligns it
+
+Sampling is plain ancestral sampling at temperature 1 (no top-k / top-p / suppressed tokens), so
+the log-probs recorded while sampling are exactly the log-probs of the distribution that was
+sampled. Padding uses its own id, never the end id (a shared pad/end id masks out the real end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB: tuple[str, ...] = (
+    "<|pad|>", "<|bos|>", "<|end|>", "good", "bad", "the", "a", "cat", "dog",
+    "sat", "ran", "on", "mat", "very", "is", "not",
+)  # fmt: skip
+PAD_ID, BOS_ID, END_ID = 0, 1, 2
+GOOD_ID = VOCAB.index("good")
+
+
+def encode(text: str) -> list[int]:
+    """Space-separated words -> ids. Unknown words raise a ValueError naming the word."""
+    ids = []
+    for word in text.split():
+        if word not in VOCAB:
+            raise ValueError(f"word {word!r} is not in the toy vocabulary {VOCAB}")
+        ids.append(VOCAB.index(word))
+    return ids
+
+
+def decode(ids, skip_pad: bool = True) -> str:
+    """Ids (list or 1-D tensor) -> space-separated words."""
+    return " ".join(VOCAB[int(i)] for i in ids if not (skip_pad and int(i) == PAD_ID))
+
+
+@dataclass
+class ToyLMConfig:
+    vocab_size: int = len(VOCAB)
+    d_model: int = 32
+    n_layers: int = 2
+    n_heads: int = 2
+    max_len: int = 32
+    init_std: float = 0.02  # small init => near-uniform next-token distribution at step 0
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention then an MLP, both residual."""
+
+    def __init__(self, cfg: ToyLMConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)  # (B, T, D) each
+        q, k, v = (z.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D/H)
+        x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return x + self.mlp(self.ln2(x))  # (B, T, D)
+
+
+class TinyTransformer(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, final LayerNorm: tokens (B, T) -> (B, T, d)."""
+
+    def __init__(self, cfg: ToyLMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.normal_(p, std=cfg.init_std)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        T = tokens.shape[1]
+        if T > self.cfg.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
+        x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))  # (B, T, d)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x)  # (B, T, d)
+
+
+class TinyCausalLM(nn.Module):
+    """The policy / reference model: ``forward(tokens) -> logits`` of shape (B, T, V)."""
+
+    def __init__(self, cfg: ToyLMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.trunk = TinyTransformer(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        nn.init.normal_(self.lm_head.weight, std=cfg.init_std)
+
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T) -> (B, T, d): the representation of each prefix, before the LM head."""
+        return self.trunk(tokens)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.hidden_states(tokens))  # (B, T, V)
+
+
+def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-prob of each next token: (B, T, V), (B, T) -> (B, T-1); index t scores tokens[:, t+1]."""
+    if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
+        raise ValueError(f"expected logits (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}")
+    logp = torch.log_softmax(logits[:, :-1].float() if logits.dtype == torch.float16 else logits[:, :-1], dim=-1)
+    return logp.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+
+
+class Samples(NamedTuple):
+    """What :func:`sample` returns."""
+
+    tokens: torch.Tensor  # (B, T) long: prompt, response, then PAD after <|end|>
+    response_mask: torch.Tensor  # (B, T) float: 1 on generated tokens up to and including <|end|>
+    logprobs: torch.Tensor  # (B, T-1) log-prob of tokens[:, t+1] recorded while sampling; 0 off the response
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    prompts: torch.Tensor,
+    max_new_tokens: int,
+    eos_id: int = END_ID,
+    pad_id: int = PAD_ID,
+    generator: torch.Generator | None = None,
+) -> Samples:
+    """Sample up to ``max_new_tokens`` after each prompt; a row stops after it emits ``eos_id``.
+
+    ``prompts`` is (B, P) long (every row the same length; left-pad with ``pad_id`` if needed).
+    Returns tokens (B, P + n) with n <= max_new_tokens (generation ends when every row has
+    stopped), the response mask (B, P + n) and the sampling log-probs (B, P + n - 1).
+    """
+    if prompts.dim() != 2 or prompts.dtype != torch.long:
+        raise ValueError(f"prompts must be a (B, P) long tensor, got {tuple(prompts.shape)} {prompts.dtype}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    B, P = prompts.shape
+    tokens, mask, logps = prompts, prompts.new_zeros(B, P, dtype=torch.float), []
+    alive = torch.ones(B, dtype=torch.bool, device=prompts.device)  # (B,) rows still generating
+    for _ in range(max_new_tokens):
+        logp = torch.log_softmax(model(tokens)[:, -1].float(), dim=-1)  # (B, V) next-token distribution
+        nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)  # (B,)
+        picked = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
+        nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
+        tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+1)
+        mask = torch.cat([mask, alive.float().unsqueeze(1)], dim=1)  # (B, t+1)
+        logps.append(torch.where(alive, picked, torch.zeros_like(picked)))
+        alive = alive & (nxt != eos_id)
+        if not alive.any():
+            break
+    prompt_part = torch.zeros(B, P - 1, device=prompts.device)  # log-probs of prompt tokens are not recorded
+    return Samples(tokens, mask, torch.cat([prompt_part, torch.stack(logps, dim=1)], dim=1))
+
+
+def make_prompts(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``n`` two-token prompts ``<|bos|> w`` with w drawn from the content words: (n, 2) long."""
+    words = torch.tensor([VOCAB.index(w) for w in ("the", "a", "cat", "dog", "mat")])
+    pick = torch.randint(len(words), (n,), generator=generator)
+    return torch.stack([torch.full((n,), BOS_ID), words[pick]], dim=1)
+
+
+def good_count_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The chapter's programmatic reward model: number of ``good`` tokens in each response. -> (B,)."""
+    return ((tokens == GOOD_ID).float() * response_mask).sum(dim=1)
+
+
+# ---------------------------------------------------------------- supervised fine-tuning helpers
+
+DEMONSTRATIONS = (
+    "the cat sat on the mat <|end|>",
+    "a dog ran on the mat <|end|>",
+    "the dog is very good <|end|>",
+    "a cat is not bad <|end|>",
+)
+
+
+class DemoBatch(NamedTuple):
+    input_ids: torch.Tensor  # (N, T) long, <|bos|> + demonstration, right-padded with PAD
+    labels: torch.Tensor  # (N, T) long, -100 where no loss is taken (the <|bos|> and padding)
+
+
+def demonstration_batch(texts=DEMONSTRATIONS) -> DemoBatch:
+    """A fixed batch of demonstrations for SFT and for the PPO-ptx term."""
+    rows = [[BOS_ID, *encode(t)] for t in texts]
+    T = max(len(r) for r in rows)
+    ids = torch.full((len(rows), T), PAD_ID)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+    labels = ids.masked_fill(ids == PAD_ID, -100)
+    labels[:, 0] = -100
+    return DemoBatch(ids, labels)
+
+
+def sft_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over positions whose label is not -100. (B, T, V), (B, T) -> scalar."""
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)

@@ -1,0 +1,242 @@
+"""The chapter's six named tests on the reference solutions, plus the edge cases around them.
+
+The six ``test_*`` names below are the ones the chapter and the nbgrader hidden tests use; their
+logic lives in ``ppo_checks.py`` so that pytest and the autograder run the very same code.
+"""
+
+import copy
+import math
+
+import ppo_checks
+import pytest
+import torch
+from mlbook_solutions import ppo_lm as sol
+
+from mlbook.posttrain import toy_lm
+from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, PAD_ID, TinyCausalLM, ToyLMConfig
+
+# ----------------------------------------------------------------------------- the six named tests
+
+
+def test_shaped_rewards_places_score_and_kl():
+    ppo_checks.check_shaped_rewards(sol.shaped_rewards, sol.last_response_index)
+
+
+def test_gae_matches_brute_force_and_mc_return():
+    ppo_checks.check_gae(sol.gae)
+
+
+def test_ppo_clip_loss_gradient_and_clipping():
+    ppo_checks.check_ppo_clip_loss(sol.ppo_clip_loss)
+
+
+def test_value_loss_clipping():
+    ppo_checks.check_value_loss(sol.value_loss)
+
+
+def test_kl_controller_moves_beta_toward_target():
+    ppo_checks.check_kl_controller(sol.AdaptiveKLController)
+
+
+def test_train_ppo_increases_reward_with_bounded_kl():
+    ppo_checks.check_train_ppo(sol.train_ppo, sol.TinyCritic)
+
+
+# --------------------------------------------------------------------- the chapter's worked numbers
+
+WORKED = dict(
+    logp_pi=torch.tensor([[-1.0, -0.5, -2.0, -0.1]]),
+    logp_ref=torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
+    mask=torch.ones(1, 4),
+    score=torch.tensor([1.5]),
+)
+
+
+def test_worked_example_section_1():
+    r = sol.shaped_rewards(WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=0.1)
+    assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("beta", "total", "per_token"), [(0.2, 1.66, [-0.04, 0.0, 0.2, 1.5]), (0.1, 1.58, [-0.02, 0.0, 0.1, 1.5])]
+)
+def test_exercise_1_total_return_rises_with_beta(beta, total, per_token):
+    r = sol.shaped_rewards(WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=beta)
+    assert torch.allclose(r, torch.tensor([per_token]), atol=1e-6)
+    assert float(r.sum()) == pytest.approx(total, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------ edge cases
+
+
+def _ragged():
+    """Rows with different prompt lengths, a response ending at the last column, a one-token response."""
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 0, 0]], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    rand = lambda: torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    return mask, rand
+
+
+def test_last_response_index_edge_rows():
+    mask, _ = _ragged()
+    assert sol.last_response_index(mask).tolist() == [4, 5, 3]
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 0.95), (0.9, 0.7), (1.0, 1.0), (0.99, 0.0)])
+def test_gae_edge_rows_against_brute_force(gamma, lam):
+    mask, rand = _ragged()
+    rewards, values = rand() * mask, rand()
+    adv, ret = sol.gae(rewards, values, mask, gamma, lam)
+    assert torch.allclose(adv, ppo_checks._brute_gae(rewards, values, mask, gamma, lam), atol=1e-12)
+    assert torch.allclose(ret, (adv + values) * mask)
+    assert (adv[mask == 0] == 0).all()
+
+
+def test_gae_lambda_one_is_monte_carlo_return():
+    mask, rand = _ragged()
+    rewards, values = rand() * mask, rand()
+    adv, _ = sol.gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    to_go = rewards.flip(1).cumsum(1).flip(1) * mask
+    assert torch.allclose((adv + values) * mask, to_go)
+
+
+def _pad_columns(*tensors, k=3, fill=5.0):
+    return [torch.cat([t, torch.full((t.shape[0], k), fill, dtype=t.dtype)], dim=1) for t in tensors]
+
+
+def test_losses_invariant_to_padding_columns():
+    mask, rand = _ragged()
+    new, old, adv, vals, old_v, ret = (rand() for _ in range(6))
+    wide_mask = torch.cat([mask, torch.zeros(mask.shape[0], 3, dtype=mask.dtype)], dim=1)
+    pg, cf = sol.ppo_clip_loss(new, old, adv, mask, 0.2)
+    pg_w, cf_w = sol.ppo_clip_loss(*_pad_columns(new, old, adv), wide_mask, 0.2)
+    assert torch.allclose(pg, pg_w) and cf == pytest.approx(cf_w)
+    v = sol.value_loss(vals, old_v, ret, mask)
+    assert torch.allclose(v, sol.value_loss(*_pad_columns(vals, old_v, ret), wide_mask))
+    rewards = sol.shaped_rewards(torch.ones(3, dtype=torch.float64), new, old, mask, 0.1)
+    rewards_w = sol.shaped_rewards(torch.ones(3, dtype=torch.float64), *_pad_columns(new, old), wide_mask, 0.1)
+    assert torch.allclose(rewards, rewards_w[:, :-3]) and (rewards_w[:, -3:] == 0).all()
+    a, r = sol.gae(rewards, vals, mask)
+    a_w, r_w = sol.gae(rewards_w, *_pad_columns(vals), wide_mask)
+    assert torch.allclose(a, a_w[:, :-3]) and torch.allclose(r, r_w[:, :-3])
+
+
+def test_clip_gradient_equals_vanilla_pg_at_ratio_one_and_vanishes_when_clipped():
+    mask, rand = _ragged()
+    old, adv = rand(), rand()
+    new = old.clone().requires_grad_(True)
+    loss, _ = sol.ppo_clip_loss(new, old, adv, mask, 0.2)
+    loss.backward()
+    assert torch.allclose(new.grad, -adv * mask / mask.sum())
+    # ratio far beyond 1 + eps where A > 0 and below 1 - eps where A < 0: no gradient anywhere
+    new = (old + torch.where(adv > 0, 1.0, -1.0)).requires_grad_(True)
+    loss, frac = sol.ppo_clip_loss(new, old, adv, mask, 0.2)
+    loss.backward()
+    assert new.grad.abs().max() == 0 and frac == pytest.approx(1.0)
+
+
+def test_kl_controller_step_bounds_both_sides():
+    for kl, sign in ((100.0, 1), (0.0, -1)):
+        for n_steps, horizon in ((1, 10), (64, 10_000)):
+            c = sol.AdaptiveKLController(0.1, 6.0, horizon)
+            new = c.update(kl, n_steps=n_steps)
+            assert new == pytest.approx(0.1 * (1 + sign * 0.2 * n_steps / horizon))
+
+
+BAD_INPUTS = [
+    ("shape", lambda m, x: sol.gae(x, x[:, :-1], m), "shape"),
+    ("mask not 0/1", lambda m, x: sol.ppo_clip_loss(x, x, x, m * 0.5, 0.2), "only 0 and 1"),
+    ("empty response", lambda m, x: sol.shaped_rewards(torch.ones(3), x, x, torch.zeros_like(m), 0.1), "no response token"),
+    ("non-finite", lambda m, x: sol.value_loss(x.masked_fill(m.bool(), math.nan), x, x, m), "NaN or inf"),
+    ("integer log-probs", lambda m, x: sol.shaped_rewards(torch.ones(3), x.long(), x, m, 0.1), "floating"),
+    ("scores shape", lambda m, x: sol.shaped_rewards(torch.ones(4), x, x, m, 0.1), "scores"),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "needle"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_gets_a_clear_error(name, call, needle):
+    mask, rand = _ragged()
+    with pytest.raises((ValueError, TypeError), match=needle):
+        call(mask, rand())
+
+
+# ------------------------------------------------------------------------------------- the toy LM
+
+
+def test_sample_masks_stops_and_pads():
+    torch.manual_seed(0)
+    model = TinyCausalLM(ToyLMConfig())
+    prompts = toy_lm.make_prompts(32, torch.Generator().manual_seed(1))
+    out = toy_lm.sample(model, prompts, 8, END_ID, generator=torch.Generator().manual_seed(2))
+    again = toy_lm.sample(model, prompts, 8, END_ID, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(out.tokens, again.tokens)  # reproducible with a generator
+    P = prompts.shape[1]
+    assert (out.response_mask[:, :P] == 0).all()
+    for row, m in zip(out.tokens.tolist(), out.response_mask.tolist(), strict=True):
+        resp = [t for t, k in zip(row, m, strict=True) if k == 1]
+        assert resp and (END_ID not in resp[:-1])  # stops at the first <|end|>
+        if resp[-1] == END_ID:
+            assert all(t == PAD_ID for t in row[P + len(resp) :])
+        else:
+            assert len(resp) == out.tokens.shape[1] - P
+    logp = toy_lm.token_log_probs(model(out.tokens), out.tokens) * out.response_mask[:, 1:]
+    assert torch.allclose(logp, out.logprobs, atol=1e-5)  # recorded sampling log-probs = recomputed ones
+
+
+def test_token_log_probs_alignment():
+    logits = torch.randn(2, 5, 16)
+    tokens = torch.randint(16, (2, 5))
+    lp = toy_lm.token_log_probs(logits, tokens)
+    assert lp.shape == (2, 4)
+    assert torch.allclose(lp[1, 2], torch.log_softmax(logits[1, 2], -1)[tokens[1, 3]])
+
+
+def test_sft_loss_on_demonstrations():
+    batch = toy_lm.demonstration_batch()
+    logits = torch.zeros(*batch.input_ids.shape, len(toy_lm.VOCAB))
+    assert float(toy_lm.sft_loss(logits, batch.labels)) == pytest.approx(math.log(len(toy_lm.VOCAB)))
+    assert toy_lm.decode(batch.input_ids[0]).startswith("<|bos|> the cat")
+
+
+def test_first_epoch_starts_at_ratio_one_and_catches_nondeterminism():
+    torch.manual_seed(0)
+    cfg = ToyLMConfig()
+    ref = TinyCausalLM(cfg)
+    policy, critic = copy.deepcopy(ref), sol.TinyCritic(cfg)
+    prompts = toy_lm.make_prompts(16, torch.Generator().manual_seed(0))
+    roll = sol.collect_rollouts(policy, ref, critic, prompts, 6, END_ID, torch.Generator().manual_seed(0))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    scores = toy_lm.good_count_reward(roll["tokens"], torch.nn.functional.pad(roll["mask"], (1, 0)))
+    stats = sol.ppo_update(policy, critic, opt, roll, scores, beta=0.1)
+    assert stats.epochs == 2
+    noisy = torch.nn.Sequential(policy, torch.nn.Dropout(0.5)).train()  # dropout left on: ratio != 1
+    roll["on_policy"] = torch.tensor(True)
+    with pytest.raises(RuntimeError, match="ratio 1"):
+        sol.ppo_update(noisy, critic, opt, roll, scores, beta=0.1)
+
+
+def test_approx_kl_early_stop_skips_epochs():
+    torch.manual_seed(0)
+    cfg = ToyLMConfig()
+    ref = TinyCausalLM(cfg)
+    policy, critic = copy.deepcopy(ref), sol.TinyCritic(cfg)
+    hist = sol.train_ppo(
+        policy,
+        ref,
+        critic,
+        toy_lm.make_prompts(16),
+        toy_lm.good_count_reward,
+        END_ID,
+        steps=3,
+        lr=0.05,
+        ppo_epochs=4,
+        approx_kl_stop=1e-6,
+    )
+    assert all(h.approx_kl >= 0 for h in hist)
+    assert hist[-1].approx_kl > 0
+
+
+def test_good_reward_counts_only_response_tokens():
+    tokens = torch.tensor([[1, GOOD_ID, GOOD_ID, END_ID, GOOD_ID]])
+    mask = torch.tensor([[0, 0, 1, 1, 0]], dtype=torch.float)
+    assert toy_lm.good_count_reward(tokens, mask).tolist() == [1.0]

@@ -19,13 +19,9 @@ import warnings
 import torch
 
 
-class _Fail(AssertionError):
-    pass
-
-
 def _expect(condition, message):
     if not bool(condition):
-        raise _Fail(message)
+        raise AssertionError(message)
 
 
 def _as_f64(x, what):
@@ -35,7 +31,7 @@ def _as_f64(x, what):
     try:
         return torch.as_tensor(x, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise _Fail(f"{what} should be a tensor (or a number), got {type(x).__name__}") from err
+        raise AssertionError(f"{what} should be a tensor (or a number), got {type(x).__name__}") from err
 
 
 def _close(actual, expected, what, message, atol=1e-5, rtol=1e-4):

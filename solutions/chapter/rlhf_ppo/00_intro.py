@@ -1,0 +1,49 @@
+# %% [markdown]
+# # RLHF with PPO
+#
+# Proximal Policy Optimization is the algorithm behind the first generation of instruction-tuned
+# chat models, and it remains the yardstick later methods (DPO, GRPO) are measured against. In this
+# chapter you will write its five load-bearing functions yourself and train a tiny language model
+# with them on your laptop's CPU:
+#
+# | section | what you do |
+# |---|---|
+# | §1 Intuition | follow one four-token response through the reward computation |
+# | §2 The math | the objective, the per-token KL reward, the clipped surrogate, GAE, the KL controller |
+# | §3 Implementation | fill in `last_response_index`, `shaped_rewards`, `gae`, `ppo_clip_loss`, `value_loss`, `AdaptiveKLController.update`; then train |
+# | §4 Systems view | memory of the four models, where the time goes, how runs fail |
+# | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did |
+# | §6 Interview questions | answers hidden until you click |
+# | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
+#
+# **How to work through it.** Run the cells from the top. Each cell that says
+# `raise NotImplementedError` is yours: replace that line with your implementation. Right after
+# each of your functions a *check* cell runs it on a small example and prints ✓ or tells you what is
+# off. The graded cells (marked "Graded") contain more thorough tests that run when the notebook is
+# autograded; they are hidden from you, and they accept any correct implementation (loops or
+# vectorised, float32 or float64). Read-only cells hold the code you only need to read; edits to
+# them are undone at grading time.
+#
+# **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
+# prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor
+# whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
+# advantages, the response mask) uses that same `(B, T-1)` alignment.
+
+# %%
+import copy
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown, display
+
+from mlbook.figures import draw_pipeline, plot_clip_objective
+from mlbook.plotting import plot_training_curves
+from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, VOCAB, TinyCausalLM, decode, good_count_reward, make_prompts
+
+torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
+print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
+
+
+# %% include="mlbook_solutions.ppo_lm:imports"

@@ -1,0 +1,191 @@
+# %% [markdown]
+# ## 3. Implementation
+#
+# Five functions and one method carry the math of §2; you write them. Everything else (sampling,
+# the critic, the update loop) is given in read-only cells and calls *your* functions, so the
+# training run at the end of this section is powered by your code.
+#
+# Every function below validates its inputs first (`validate_per_token`, `validate_mask`, ...,
+# from `mlbook.posttrain.masks`): a wrong shape, a mask that is not 0/1, an empty response or a NaN
+# raises an error that says which argument is wrong. Those lines are given; keep them.
+# `masked_mean(x, mask)` (mean over positions where `mask == 1`) is imported for you.
+#
+# ### 3.1 Shaped rewards
+#
+# First find, for each row, the column of the last response token: that is where the sequence
+# score lands. Prompts have different lengths and responses end at different columns, so counting
+# the ones in a row is not enough.
+
+# %% stub="mlbook_solutions.ppo_lm:last_response_index"
+
+# %% stub="mlbook_solutions.ppo_lm:shaped_rewards"
+
+# %% [markdown]
+# Check: the §1 example, and a ragged batch where the score must land on the right column.
+
+# %%
+r = shaped_rewards(
+    torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
+    torch.ones(1, 4), beta=0.1,
+)  # fmt: skip
+print("R =", [round(v, 4) for v in r[0].tolist()])
+assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), "expected (-0.02, 0, +0.10, +1.50), the §1 table"
+ragged = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
+idx = last_response_index(ragged)
+assert [int(i) for i in idx] == [3, 4], f"last response index should be [3, 4], got {idx}"
+r = shaped_rewards(torch.tensor([2.0, 3.0]), torch.zeros(2, 5), torch.zeros(2, 5), ragged, beta=0.1)
+assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land on the last response token:\n{r}"
+print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
+
+# %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)"
+# Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
+# position-by-position computation on ragged batches (float32 and float64).
+
+# %% [markdown]
+# ### 3.2 Generalised advantage estimation
+#
+# Walk backwards over the columns. Two details decide correctness: the value *after* the last
+# response token is 0 (the critic's prediction on padding must not leak in), and positions outside
+# the response carry no advantage.
+
+# %% stub="mlbook_solutions.ppo_lm:gae"
+
+# %% [markdown]
+# Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
+# response token, including a row that ends in padding.
+
+# %%
+mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
+rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
+values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
+adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
+reward_to_go = rewards.flip(1).cumsum(1).flip(1) * mask
+print("advantages + values:", ((adv + values) * mask).tolist())
+assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), "with gamma = lambda = 1, A + V must be the reward-to-go"
+adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
+assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
+print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
+
+# %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)"
+# Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
+# for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
+
+# %% [markdown]
+# ### 3.3 The clipped surrogate and the clipped value loss
+#
+# Compute the ratio in log space (`exp(logp_new - logp_old)`), take the pessimistic minimum, and
+# average over response tokens. Return the clip fraction as a Python float.
+
+# %% stub="mlbook_solutions.ppo_lm:ppo_clip_loss"
+
+# %% [markdown]
+# Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
+# already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
+
+# %%
+logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
+adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
+m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+logp_new = logp_old.clone().requires_grad_(True)
+loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
+loss.backward()
+print(f"loss at ratio 1 = {float(loss):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
+assert abs(float(loss) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
+pushed = (logp_old + torch.tensor([[0.5, 0.0, 0.0, 0.0]])).requires_grad_(True)  # ratio e^0.5 = 1.65 on a token with A > 0
+loss, frac = ppo_clip_loss(pushed, logp_old, adv, m, 0.2)
+loss.backward()
+assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + eps with A > 0 must get zero gradient"
+print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
+
+# %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)"
+# Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
+# the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
+
+# %% stub="mlbook_solutions.ppo_lm:value_loss"
+
+# %%
+v_old = torch.tensor([[0.0, 0.0, 0.0]])
+ret = torch.tensor([[1.0, 1.0, -1.0]])
+v_new = torch.tensor([[0.1, 0.5, 0.5]])
+vl = value_loss(v_new, v_old, ret, torch.ones(1, 3))
+# token 1: inside the clip, 0.5*0.81; token 2: clipped to 0.2 is worse (0.64 > 0.25); token 3: unclipped is worse (2.25)
+expected = 0.5 * (0.81 + 0.64 + 2.25) / 3
+print(f"value loss = {float(vl):.4f} (expected {expected:.4f})")
+assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, token mean"
+print("✓ value_loss takes the worse of the clipped and unclipped errors")
+
+# %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)"
+# Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
+
+# %% [markdown]
+# ### 3.4 The KL controller
+#
+# Only `update` is yours; remember the clip of the relative error to ±0.2 and the `n_steps / horizon` scaling.
+
+# %% stub="mlbook_solutions.ppo_lm:AdaptiveKLController" stub_methods="update"
+
+# %%
+ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
+print("KL 12 (twice the target) ->", ctl.update(12.0))
+assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
+ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
+assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
+print("✓ AdaptiveKLController.update")
+
+# %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)"
+# Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
+# and a closed loop in which beta must converge toward the target.
+
+# %% [markdown]
+# ### 3.5 Rollouts, the update and the training loop (read only)
+#
+# `collect_rollouts` is the four-model forward: the policy samples, then the sampling policy, the
+# reference and the critic each score the finished sequences once. It also compares the
+# log-probs recomputed on the sampled tokens with those recorded while sampling: a mismatch
+# (dropout left on, a temperature used in one place only, misaligned padding) is a classic
+# production bug that silently biases every ratio, so here it raises. For the same reason
+# `ppo_update` asserts that its first epoch starts at ratio 1 when the batch is on-policy.
+#
+# `ppo_update` turns a batch into shaped rewards, advantages (whitened over response tokens), and
+# `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
+# `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
+# epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
+
+# %% include="mlbook_solutions.ppo_lm:masked_entropy,TinyCritic,collect_rollouts,UpdateStats,ppo_update,PPOStats,sequence_kl,train_ppo"
+
+# %% [markdown]
+# ### 3.6 Training the toy model
+#
+# The task: the reward is the number of `good` tokens in the response; the reference is the
+# untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
+# of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
+
+# %% include="mlbook_solutions.run_toy:CHAPTER_RUN,build_models"
+policy, ref, critic, prompts, gen = build_models(seed=0)
+print("settings:", CHAPTER_RUN)
+t0 = time.perf_counter()
+history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, progress=True, **CHAPTER_RUN)
+train_seconds = time.perf_counter() - t0
+print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
+print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
+for i, h in enumerate(history, 1):
+    if i % 5 == 0 or i == 1:
+        print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
+
+# %%
+fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
+plt.show()
+samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
+for row in samples:
+    print(decode(row))
+
+# %% [markdown]
+# Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
+# and overshoots the target, because a horizon of 10 updates lets $\beta$ change by at most 2 %
+# per step; $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
+# hit the clip during its epochs. The samples are what the KL fee buys: the policy says `good`
+# far more often than the reference would, but it has not collapsed onto a single string.
+
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, TinyCritic)"
+# Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
+# the KL to the reference bounded.

@@ -1,0 +1,117 @@
+# %% [markdown]
+# ## 5. In production
+#
+# Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
+# paragraph says what was done, the numbers that matter, and the lesson for a design review.
+#
+# **OpenAI, InstructGPT: PPO plus a pretraining term** (Ouyang et al., 2022, arXiv:2203.02155).
+# Policies of 1.3B, 6B and 175B parameters, fine-tuned first on demonstrations (SFT), were optimised
+# with PPO against a 6B reward model, with the per-token KL penalty of §2 measured against the SFT
+# model at $\beta = 0.02$; the value function started from the reward model. Plain PPO regressed on
+# several public NLP benchmarks, a cost the authors called the *alignment tax*. Their fix, **PPO-ptx**,
+# adds the log-likelihood of pretraining text to the objective,
+#
+# $$\max_\theta\; \mathbb E_{x,\, y\sim\pi_\theta}\Big[r_\phi(x,y) - \beta \log\frac{\pi_\theta(y|x)}{\pi_{\text{SFT}}(y|x)}\Big]
+#   + \gamma_{\text{ptx}}\, \mathbb E_{x\sim\mathcal D_{\text{pretrain}}}\big[\log\pi_\theta(x)\big],$$
+#
+# where $\gamma_{\text{ptx}}$ (written $\gamma$ in the paper; unrelated to the discount) weights a
+# supervised loss on pretraining data, which recovered most of the regressions. Note that this term
+# anchors the policy to the *pretraining data distribution*, not to the SFT model: it complements
+# the KL penalty rather than duplicating it. The headline result is a systems argument: labelers
+# preferred the outputs of the 1.3B PPO-ptx model to those of the 175B GPT-3, a model with over 100
+# times more parameters. In this repository the hook is `ppo_update(..., extra_loss=...)`.
+#
+# **Meta, Llama 2-Chat: rejection sampling first, PPO last** (Touvron et al., 2023,
+# arXiv:2307.09288). RLHF ran in five rounds (V1-V5), each with a reward model retrained on fresh
+# preference data. Rounds V1 to V4 used only rejection-sampling fine-tuning: draw $K$ responses per
+# prompt, keep the one the reward model ranks highest, fine-tune on those winners (done with the
+# 70B model; smaller models were fine-tuned on its selected outputs). In V5 PPO was run *on top of*
+# the rejection-sampling checkpoint, on fresh samples: not, as is sometimes said, on the best
+# samples. Their explanation of the division of labour: the best of $K$ samples explores more widely,
+# PPO makes many small per-token updates. The PPO reward used **two reward models**, safety and
+# helpfulness: the safety score was used for prompts tagged as risky or when it fell below a
+# threshold, otherwise the helpfulness score, and the chosen score was whitened (mapped back
+# through the logit, then standardised) before subtracting a KL penalty to the pre-RLHF policy with
+# $\beta = 0.01$ for 7B and 13B (0.005 for the larger models). Each PPO iteration on 70B took about
+# 330 s, and sampling under FSDP was slow until weights were gathered onto each node before
+# generation: generation dominating again.
+#
+# **Anthropic, Constitutional AI: PPO against an AI-labelled preference model** (Bai et al., 2022,
+# arXiv:2212.08073). The RL stage is ordinary RLHF-PPO; what changes is where the harmlessness
+# labels come from. A feedback model compares pairs of samples against principles from a written
+# constitution (optionally reasoning step by step), and the preference model is trained on those
+# AI-labelled harmlessness comparisons mixed with human-labelled helpfulness comparisons
+# ("RL from AI feedback"). The resulting policies were reported as more harmless and markedly less
+# evasive than the human-feedback baseline at similar helpfulness. Lesson: the PPO machinery is
+# indifferent to who labelled the preferences; the label pipeline is what scales.
+#
+# **Meta, Llama 3: DPO instead of PPO** (Grattafiori et al., 2024, arXiv:2407.21783). Post-training
+# repeated rounds of reward modelling, rejection sampling, SFT and **DPO**. The authors report that
+# they tried on-policy methods such as PPO but that DPO needed less compute for models at this scale
+# (up to 405B) and did better, particularly on instruction-following benchmarks. Two details matter
+# for anyone copying the recipe: the reward model did not disappear (it selects the rejection-sampling
+# winners), and DPO got two stabilisers, masking formatting tokens out of the loss and adding an NLL
+# term on the chosen response. Lesson: at the largest scale the four-model memory bill and the
+# generation cost of §4 can outweigh PPO's advantage in optimising a learned reward.
+#
+# ### Practical notes: the same algorithm, different code
+#
+# Open implementations agree on the equations of §2 and disagree on the details, and the details
+# change results (Huang et al., 2024, arXiv:2403.17031, reproduce OpenAI's summarisation results only
+# after matching dozens of them). What differs between TRL, OpenRLHF and OpenAI's original
+# lm-human-preferences (LMHP, Ziegler et al., 2019, arXiv:1909.08593):
+#
+# | Detail | TRL | OpenRLHF | LMHP | This chapter |
+# |---|---|---|---|---|
+# | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
+# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (`<|end|>` if emitted) |
+# | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
+# | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch | masked, global across ranks, population variance |
+# | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |
+# | Value loss | clipped at 0.2 around $V_{\text{old}}$ | clipped at 0.5 | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 |
+# | Adaptive KL controller | legacy: $\beta_0 = 0.2$, target 6, horizon 10,000 **samples** | same class when a target is set | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes | horizon in **updates** |
+#
+# **Controller units.** The original controller is
+# $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
+# $n$ is the number of samples consumed by the update and the horizon $h$ is counted in samples.
+# The form $\beta \leftarrow \beta(1 + e/h)$ used in §2.4 is the special case $n = 1$ with $h$ counted in
+# updates, so a horizon of $10^4$ samples at $B$ samples per update is $10^4/B$ updates, not $10^4$. The
+# target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
+# over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
+# response length. The cell below checks that the two forms give the same $\beta$ trajectory.
+
+# %%
+def controller_step(beta, kl, target, n_steps, horizon):
+    """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
+    return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)
+
+
+batch, horizon_samples, target = 64, 10_000, 6.0
+kls = [2.0, 5.0, 9.0, 12.0, 7.0, 6.5]  # a made-up KL trace (nats per sequence)
+beta_samples = beta_updates = 0.2
+for kl in kls:
+    beta_samples = controller_step(beta_samples, kl, target, n_steps=batch, horizon=horizon_samples)  # original units
+    beta_updates = controller_step(beta_updates, kl, target, n_steps=1, horizon=horizon_samples / batch)  # chapter units
+print(f"horizon {horizon_samples} samples at {batch} samples/update = {horizon_samples / batch:.1f} updates")
+print(f"beta after {len(kls)} updates: {beta_samples:.6f} (samples) vs {beta_updates:.6f} (updates)")
+wrong = 0.2
+for kl in kls:
+    wrong = controller_step(wrong, kl, target, n_steps=1, horizon=horizon_samples)  # horizon in samples, n_steps=1
+print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow")
+
+# %% [markdown]
+# Three more habits of production code worth copying:
+#
+# - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
+#   it) the plain log-ratio $k_1$ is an unbiased per-sample estimate of the KL, negative values
+#   included. Used as a *loss*, as GRPO does with $k_3 = (\rho - 1) - \log\rho$ where
+#   $\rho = \pi_{\text{ref}}/\pi_\theta$, its value is unbiased and non-negative but its gradient is not the gradient of the KL.
+# - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
+#   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
+#   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
+# - **Monitor drift, do not trust the clip.** Log the approximate KL $\mathbb E[r - 1 - \log r]$
+#   between the sampling policy and the updated one, and stop the epochs of a step when it passes a
+#   threshold (CleanRL and the legacy TRL trainer both do).
+#
+# Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
+# so pin the version you build on.

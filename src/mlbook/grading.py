@@ -1,0 +1,103 @@
+"""Autograding with real nbgrader: one notebook outside a course, plus the feedback redaction.
+
+``mlbook grade PATH.ipynb --json`` copies the course (``autograde/``) into a scratch folder,
+runs ``nbgrader generate_assignment`` (which fills the gradebook from the source notebook), places
+the notebook as a submission, runs ``nbgrader autograde`` and reads the scores back from the
+gradebook. Grade ids starting with ``ex`` are the optional extra-credit exercises; they are
+reported apart from the core score.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from nbconvert.preprocessors import Preprocessor
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COURSE = ROOT / "autograde"
+CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
+EXTRA_PREFIX = "ex"
+
+
+class RedactHiddenTests(Preprocessor):
+    """For feedback: drop hidden-test regions and cut test-cell tracebacks down to ``Error: message``.
+
+    nbgrader's ClearHiddenTests removes the hidden source, but an error's traceback quotes the
+    hidden lines that raised it; students keep the message (written for them) and nothing else.
+    """
+
+    enabled = True
+    begin, end = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            return cell, resources
+        kept, hidden = [], False
+        for line in cell.source.split("\n"):
+            if self.begin in line:
+                hidden = True
+            elif self.end in line:
+                hidden = False
+            elif not hidden:
+                kept.append(line)
+        cell.source = "\n".join(kept)
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                out.traceback = [f"{out.ename}: {out.evalue}"]
+        return cell, resources
+
+
+def run_nbgrader(args: list[str], cwd: pathlib.Path) -> None:
+    """Run an nbgrader command in ``cwd`` with this interpreter (its bin/ first on PATH: nbgrader calls alembic)."""
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"]
+    run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}")
+
+
+def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
+    """Scores of one submission from an nbgrader gradebook, as the JSON that ``mlbook grade`` prints."""
+    from nbgrader.api import Gradebook
+
+    grades: dict[str, dict[str, float]] = {}
+    with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
+        submission = gb.find_submission(assignment, student)
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                score = grade.score if grade.score is not None else 0.0
+                grades[grade.name] = {"score": float(score), "max_score": float(grade.max_score)}
+                if grade.needs_manual_grade and grade.cell_type == "code":
+                    grades[grade.name]["needs_manual_grade"] = True
+    core = {k: v for k, v in grades.items() if not k.startswith(EXTRA_PREFIX)}
+    extra = {k: v for k, v in grades.items() if k.startswith(EXTRA_PREFIX)}
+
+    def total(part):
+        return {"score": sum(g["score"] for g in part.values()), "max_score": sum(g["max_score"] for g in part.values())}
+
+    return {**total(core), "grades": grades, "extra_credit": total(extra)}
+
+
+def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None) -> dict:
+    """Autograde one notebook with nbgrader in a scratch course; return the score dict."""
+    path = pathlib.Path(path).resolve()
+    source_nb = COURSE / "source" / assignment / f"{assignment}.ipynb"
+    if not source_nb.exists():
+        raise FileNotFoundError(f"{source_nb} is missing: run `mlbook build` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        course = pathlib.Path(tmp)
+        shutil.copy(COURSE / "nbgrader_config.py", course)
+        shutil.copytree(source_nb.parent, course / "source" / assignment)
+        run_nbgrader(["generate_assignment", assignment, "--force"], course)
+        target = course / "submitted" / "student" / assignment / source_nb.name
+        target.parent.mkdir(parents=True)
+        shutil.copy(path, target)
+        extra = [f"--Execute.timeout={timeout}"] if timeout else []
+        run_nbgrader(["autograde", assignment, "--force", *extra], course)
+        return read_scores(course / "gradebook.db", assignment, "student")

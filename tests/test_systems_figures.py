@@ -1,0 +1,117 @@
+"""The systems helpers (memory table, step timer) and the chapter's explanatory figures."""
+
+import copy
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from mlbook_solutions.ppo_lm import TinyCritic, ppo_update  # noqa: E402
+
+from mlbook.figures import CLIPPED_LABEL, PIPELINE_BOXES, draw_pipeline, plot_clip_objective  # noqa: E402
+from mlbook.posttrain.systems import (  # noqa: E402
+    PHASES,
+    format_memory_table,
+    format_time_split,
+    rlhf_memory_table,
+    rlhf_over_pretraining,
+    time_ppo_step,
+)
+from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, good_count_reward, make_prompts  # noqa: E402
+
+# ------------------------------------------------------------------------------------- memory table
+
+
+def test_7b_memory_is_36_bytes_per_param_and_252_gb():
+    rows = {r.component.split(" (")[0]: r for r in rlhf_memory_table(7e9)}
+    assert [rows[k].bytes_per_param for k in ("policy", "critic", "reference", "reward model")] == [16, 16, 2, 2]
+    assert rows["policy"].total_bytes == pytest.approx(112e9)
+    assert rows["total"].bytes_per_param == pytest.approx(36)
+    assert rows["total"].total_bytes == pytest.approx(252e9)
+    assert rlhf_over_pretraining(7e9) == pytest.approx(2.25)
+    md = format_memory_table(rlhf_memory_table(7e9))
+    assert "252 GB" in md and md.count("\n") == 6 and md.startswith("| component")
+    plain = format_memory_table(rlhf_memory_table(7e9), markdown=False)
+    assert "252 GB" in plain and "|" not in plain
+
+
+def test_toy_memory_rows_match_the_models_parameter_counts():
+    cfg = ToyLMConfig()
+    n_policy = sum(p.numel() for p in TinyCausalLM(cfg).parameters())
+    n_critic = sum(p.numel() for p in TinyCritic(cfg).parameters())
+    rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
+    policy, critic, ref, rm, total = rows
+    assert (policy.n_params, critic.n_params, ref.n_params, rm.n_params) == (n_policy, n_critic, n_policy, 0)
+    assert policy.total_bytes == 16 * n_policy and critic.total_bytes == 16 * n_critic and ref.total_bytes == 2 * n_policy
+    assert rm.total_bytes == 0
+    assert total.total_bytes == 18 * n_policy + 16 * n_critic
+    assert total.bytes_per_param == pytest.approx(total.total_bytes / n_policy)
+    with pytest.raises(ValueError):
+        rlhf_memory_table(0)
+
+
+# -------------------------------------------------------------------------------------- step timer
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: tiny models gain nothing from more, and a busy machine makes spin-waits costly."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
+    torch.manual_seed(0)
+    cfg = ToyLMConfig(d_model=16, n_layers=1, max_len=12)
+    ref = TinyCausalLM(cfg)
+    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
+    prompts = make_prompts(8, torch.Generator().manual_seed(0))
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    rng_before = torch.get_rng_state()
+    split = time_ppo_step(
+        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=4, repeats=2, warmup=0
+    )
+    assert set(split["seconds"]) == set(PHASES) == set(split["fractions"])
+    assert all(s > 0 for s in split["seconds"].values())
+    assert all(0 < f < 1 for f in split["fractions"].values())
+    assert sum(split["fractions"].values()) == pytest.approx(1.0)
+    assert split["total_s"] == pytest.approx(sum(split["seconds"].values()))
+    assert 0 < split["response_tokens"] <= 8 * 4
+    assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+    assert torch.equal(rng_before, torch.get_rng_state())
+    assert "generation" in format_time_split(split)
+
+
+# ----------------------------------------------------------------------------------------- figures
+
+
+@pytest.mark.parametrize("eps", [0.2, 0.1])
+def test_clip_objective_is_flat_exactly_past_the_bound_the_advantage_favours(eps):
+    fig = plot_clip_objective(eps)
+    assert len(fig.axes) == 2
+    for ax, sign in zip(fig.axes, (1, -1), strict=True):
+        (line,) = [ln for ln in ax.lines if ln.get_label() == CLIPPED_LABEL]
+        r, y = (np.asarray(v, dtype=float) for v in line.get_data())
+        slope = np.gradient(y, r)
+        flat = r > 1 + eps if sign > 0 else r < 1 - eps
+        away = np.abs(r - (1 + sign * eps)) > 0.02  # skip the kink
+        assert np.allclose(slope[flat & away], 0.0)
+        assert np.allclose(slope[~flat & away], sign)  # d(rA)/dr = A where unclipped
+        assert np.allclose(y, np.minimum(r * sign, np.clip(r, 1 - eps, 1 + eps) * sign))
+    plt.close(fig)
+
+
+def test_pipeline_draws_every_stage_once():
+    fig = draw_pipeline()
+    (ax,) = fig.axes
+    boxes = [p.get_gid() for p in ax.patches if p.get_gid()]
+    assert sorted(boxes) == sorted(PIPELINE_BOXES)
+    text = " ".join(t.get_text() for t in ax.texts)
+    assert "(frozen)" in text and "(trained)" in text and "new weights" in text
+    plt.close(fig)

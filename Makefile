@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     := build
 
-.PHONY: env chapter train test lint lock bench clean
+.PHONY: env chapter train notebooks html test lint lock bench clean
 
 env: $(STAMP)
 
@@ -22,14 +22,30 @@ $(STAMP): requirements/lock.txt pyproject.toml
 train: env
 	$(BIN)/python -m mlbook_solutions.run_toy --out $(OUT)
 
-chapter: train
+# Generate the student release, the nbgrader source and the solved notebooks from solutions/chapter.
+notebooks: env
+	$(BIN)/mlbook build
+
+# Execute the solved notebooks and render them, figures embedded, to build/*.html.
+html: notebooks
+	$(BIN)/jupyter nbconvert --to html --execute \
+		--ExecutePreprocessor.timeout=600 --output-dir $(OUT) solutions/notebooks/*.ipynb
+
+chapter: train html
 
 lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Lint, then fail if a generated notebook is stale, then every test: unit, the six named tests,
+# the wrong/correct answer catalog, real nbgrader (release, autograde, feedback, export), DDP on
+# gloo, and nbval over every solved notebook.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/mlbook build --check
+	$(BIN)/python -m pytest -q tests --nbval-lax solutions/notebooks/
+
+bench: env
+	$(BIN)/python scripts/benchmark.py
 
 # Re-pin every package after changing a direct dependency (torch stays at the local CPU 2.13.0).
 lock:

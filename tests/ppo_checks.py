@@ -100,6 +100,10 @@ def check_shaped_rewards(shaped_rewards, last_response_index):
         r = _as_f64(r, "shaped_rewards(...)")
         _expect(r.shape == ex_mask.shape, f"shaped_rewards must return a (B, T-1) tensor like the mask, got {tuple(r.shape)}")
         _expect(
+            abs(float(r[0, 5]) - 1.5) < 1e-5,
+            f"the sequence score must land on the last response token (R_4 = 1.5), got {float(r[0, 5]):.4f} there",
+        )
+        _expect(
             abs(float(r[0, 2]) - (-0.02)) < 1e-5,
             "a token more likely under the policy than under the reference must pay a KL fee: "
             f"R = -beta * (logp_policy - logp_ref) = -0.02 on the first response token, got {float(r[0, 2]):.4f}",
@@ -107,10 +111,6 @@ def check_shaped_rewards(shaped_rewards, last_response_index):
         _expect(
             abs(float(r[0, 4]) - 0.10) < 1e-5,
             f"the third response token should get +0.10 (a KL refund), got {float(r[0, 4]):.4f}",
-        )
-        _expect(
-            abs(float(r[0, 5]) - 1.5) < 1e-5,
-            f"the sequence score must land on the last response token (R_4 = 1.5), got {float(r[0, 5]):.4f} there",
         )
         _expect(
             float(r[0, [0, 1, 6, 7]].abs().max()) < 1e-6,

@@ -53,13 +53,14 @@ class RedactHiddenTests(Preprocessor):
         return cell, resources
 
 
-def run_nbgrader(args: list[str], cwd: pathlib.Path) -> None:
+def run_nbgrader(args: list[str], cwd: pathlib.Path, check: bool = True) -> subprocess.CompletedProcess:
     """Run an nbgrader command in ``cwd`` with this interpreter (its bin/ first on PATH: nbgrader calls alembic)."""
     env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     cmd = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"]
     run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    if run.returncode != 0:
+    if check and run.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}")
+    return run
 
 
 def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
@@ -99,5 +100,18 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
         target.parent.mkdir(parents=True)
         shutil.copy(path, target)
         extra = [f"--Execute.timeout={timeout}"] if timeout else []
-        run_nbgrader(["autograde", assignment, "--force", *extra], course)
+        run = run_nbgrader(["autograde", assignment, "--force", *extra], course, check=False)
+        if not (course / "autograded" / "student" / assignment / source_nb.name).exists():
+            # nbgrader could not even open it (not a notebook, bad JSON): zero points, and say why
+            message = [line for line in run.stderr.splitlines() if line.strip()][-3:]
+            return {"score": 0.0, "max_score": _max_score(course / "gradebook.db", assignment),
+                    "grades": {}, "extra_credit": {"score": 0.0, "max_score": 0.0}, "error": " | ".join(message)}  # fmt: skip
         return read_scores(course / "gradebook.db", assignment, "student")
+
+
+def _max_score(gradebook: pathlib.Path, assignment: str) -> float:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
+        cells = gb.find_assignment(assignment).notebooks[0].grade_cells
+        return float(sum(c.max_score for c in cells if not c.name.startswith(EXTRA_PREFIX)))

@@ -1,0 +1,163 @@
+"""The nbgrader pipeline end to end, with real nbgrader: release, autograde a class, feedback, grades CSV.
+
+One class of submissions is graded once (module fixture), because each notebook execution takes
+seconds: the solved notebook (full marks), the untouched release (0 on every hidden test), answers
+written differently but correctly (full marks), three classic mistakes (points lost on exactly
+those tests), a submission whose kernel dies half-way, and a file that is not a notebook at all.
+The broken ones must cost only their own points; the run goes on.
+"""
+
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import grading_catalog as cat
+import nbformat
+import pytest
+
+from mlbook.grading import read_scores, run_nbgrader
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NB = "rlhf_ppo"
+SIX = [
+    "test_shaped_rewards_places_score_and_kl",
+    "test_gae_matches_brute_force_and_mc_return",
+    "test_ppo_clip_loss_gradient_and_clipping",
+    "test_value_loss_clipping",
+    "test_kl_controller_moves_beta_toward_target",
+    "test_train_ppo_increases_reward_with_bounded_kl",
+]
+
+
+def _solved_with(answers: dict[str, str]) -> str:
+    """The solved notebook with some answer cells (by grade_id) replaced."""
+    nb = nbformat.read(ROOT / "solutions" / "notebooks" / f"{NB}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nbformat.writes(nb)
+
+
+CORRECT_VARIANTS = ["shaped_rewards_one_hot", "last_index_flip_argmax", "gae_vectorised",
+                    "clip_max_of_negatives_trl_clipfrac", "value_where_form", "controller_numpy_clip"]  # fmt: skip
+MISTAKES = ["gae_lambda_ignored", "value_clip_around_returns", "controller_without_clip"]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "autograde" / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "autograde" / "source", root / "source")
+    run_nbgrader(["generate_assignment", NB, "--force"], root)
+    submissions = {
+        "alice": (ROOT / "solutions" / "notebooks" / f"{NB}.ipynb").read_text(),
+        "bob": (root / "release" / NB / f"{NB}.ipynb").read_text(),
+        "carol": _solved_with({"gae": "import os\nos._exit(1)"}),  # the kernel dies in the gae cell
+        "erin": _solved_with(dict(cat.CORRECT[name] for name in CORRECT_VARIANTS)),
+        "frank": _solved_with({cat.WRONG[name][1]: cat.WRONG[name][2] for name in MISTAKES}),
+        "dave": "this is not a notebook {",
+    }
+    for student, text in submissions.items():
+        target = root / "submitted" / student / NB / f"{NB}.ipynb"
+        target.parent.mkdir(parents=True)
+        target.write_text(text)
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", NB, "--force"], cwd=root, env=env, capture_output=True)
+    return root
+
+
+def test_release_has_no_solutions_or_hidden_tests(course):
+    release = course / "release" / NB
+    assert sorted(p.name for p in release.iterdir()) == [f"{NB}.ipynb"]  # nothing but the notebook ships
+    text = (release / f"{NB}.ipynb").read_text()
+    for leak in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "_brute_gae", "check_gae(", "torch.where(response_mask.bool()"):
+        assert leak not in text
+
+
+def test_release_matches_the_committed_student_notebook(course):
+    def cells(path):
+        return [(c.cell_type, c.source) for c in nbformat.read(path, as_version=4).cells]
+
+    assert cells(course / "release" / NB / f"{NB}.ipynb") == cells(ROOT / "chapters" / f"{NB}.ipynb")
+
+
+def test_solved_notebook_gets_full_points(course):
+    scores = read_scores(course / "gradebook.db", NB, "alice")
+    for name in SIX:
+        assert scores["grades"][name]["score"] == scores["grades"][name]["max_score"] > 0, (name, scores["grades"][name])
+    assert scores["score"] == scores["max_score"]
+
+
+def test_release_gets_zero_on_every_hidden_test(course):
+    scores = read_scores(course / "gradebook.db", NB, "bob")
+    for name in SIX:
+        assert scores["grades"][name]["score"] == 0, (name, scores["grades"][name])
+
+
+def test_correct_variants_get_full_points(course):
+    scores = read_scores(course / "gradebook.db", NB, "erin")
+    assert {n: scores["grades"][n]["score"] for n in SIX} == {n: scores["grades"][n]["max_score"] for n in SIX}
+
+
+def test_mistakes_lose_points_on_their_tests_only(course):
+    grades = read_scores(course / "gradebook.db", NB, "frank")["grades"]
+    for name in MISTAKES:
+        assert grades[cat.WRONG[name][0]]["score"] == 0, name
+    for test in (cat.SHAPED, cat.CLIP):
+        assert grades[test]["score"] == grades[test]["max_score"], test
+
+
+def test_dead_kernel_never_passes_later_tests(course):
+    scores = read_scores(course / "gradebook.db", NB, "carol")  # nbgrader #427: a dead kernel used to pass everything after
+    for name in SIX[1:]:
+        assert scores["grades"][name]["score"] == 0, (name, scores["grades"][name])
+
+
+def test_broken_file_does_not_stop_the_class(course):
+    graded = {p.parent.parent.name for p in (course / "autograded").glob(f"*/{NB}/{NB}.ipynb")}
+    assert {"alice", "bob"} <= graded
+
+
+def test_feedback_and_grades_csv(course):
+    run_nbgrader(["generate_feedback", NB, "--force"], course)
+    html = (course / "feedback" / "bob" / NB / f"{NB}.html").read_text()
+    assert "NotImplementedError" in html  # the student sees why they lost the points ...
+    # ... but neither the hidden tests' source nor a traceback quoting them (a hidden test's traceback would
+    # name check_* / _call_quiet / _expect; tracebacks of the student's own visible cells may stay)
+    for leak in (
+        "_brute_gae",
+        "check_gae",
+        "check_shaped_rewards",
+        "_call_quiet",
+        "_expect(",
+        "BEGIN HIDDEN TESTS",
+        "_last_index_loop",
+    ):
+        assert leak not in html, leak
+    run_nbgrader(["export", "--to", str(course / "grades.csv")], course)
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    assert float(rows["alice"]["score"]) > float(rows["bob"]["score"])
+
+
+def test_mlbook_grade_json_on_the_release(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbook.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb"), "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(run.stdout)
+    assert set(SIX) <= set(result["grades"]) and result["score"] == 0 and result["max_score"] >= 10
+    for name in SIX:
+        assert set(result["grades"][name]) >= {"score", "max_score"}
+
+
+def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path):
+    bad = tmp_path / "submission.ipynb"
+    bad.write_text("this is not a notebook {")
+    run = subprocess.run([sys.executable, "-m", "mlbook.cli", "grade", str(bad), "--json"], capture_output=True, text=True)
+    result = json.loads(run.stdout)
+    assert run.returncode == 0 and result["score"] == 0 and result["max_score"] >= 10 and "JSON" in result["error"]

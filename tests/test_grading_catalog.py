@@ -1,0 +1,95 @@
+"""Every realistic wrong answer loses points on the right graded test; every correct variant keeps them all.
+
+Answers come from ``grading_catalog.py`` and run in a namespace like the notebook's (the reference
+module's globals, so ``torch``, ``masked_mean`` and ``validate_*`` are there). The graded checks are
+the very functions the nbgrader hidden tests contain.
+"""
+
+import grading_catalog as cat
+import ppo_checks
+import pytest
+from mlbook_solutions import ppo_lm
+
+CHECKS = {
+    cat.SHAPED: lambda ns: ppo_checks.check_shaped_rewards(ns["shaped_rewards"], ns["last_response_index"]),
+    cat.GAE: lambda ns: ppo_checks.check_gae(ns["gae"]),
+    cat.CLIP: lambda ns: ppo_checks.check_ppo_clip_loss(ns["ppo_clip_loss"]),
+    cat.VALUE: lambda ns: ppo_checks.check_value_loss(ns["value_loss"]),
+    cat.KL: lambda ns: ppo_checks.check_kl_controller(ns["AdaptiveKLController"]),
+}
+USES = {  # which graded test depends on which symbol
+    "shaped_rewards": [cat.SHAPED],
+    "last_response_index": [cat.SHAPED],
+    "gae": [cat.GAE],
+    "ppo_clip_loss": [cat.CLIP],
+    "value_loss": [cat.VALUE],
+    "AdaptiveKLController": [cat.KL],
+}
+
+
+def namespace_with(source: str) -> dict:
+    """A copy of the reference module's namespace with one answer cell executed in it."""
+    ns = dict(vars(ppo_lm))
+    exec(compile(source, "<answer cell>", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("name", sorted(cat.WRONG))
+def test_wrong_answer_fails_its_test(name):
+    test, _, source = cat.WRONG[name]
+    with pytest.raises(AssertionError) as err:
+        CHECKS[test](namespace_with(source))
+    assert len(str(err.value)) > 20  # a message the student can act on, not a bare assert
+
+
+@pytest.mark.parametrize("name", sorted(cat.CORRECT))
+def test_correct_variant_passes(name):
+    symbol, source = cat.CORRECT[name]
+    ns = namespace_with(source)
+    for test in USES[symbol]:
+        CHECKS[test](ns)
+
+
+def test_wrong_answer_messages_speak_the_chapter():
+    _, _, source = cat.WRONG["score_on_first_response_token"]
+    with pytest.raises(AssertionError, match="last response token"):
+        CHECKS[cat.SHAPED](namespace_with(source))
+    with pytest.raises(AssertionError, match="clip"):
+        CHECKS[cat.KL](namespace_with(cat.WRONG["controller_without_clip"][2]))
+
+
+@pytest.mark.parametrize("name", sorted(cat.WRONG_IN_TRAINING))
+def test_wrong_answer_fails_end_to_end(name, monkeypatch):
+    _, symbol, source = cat.WRONG_IN_TRAINING[name]
+    monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])  # train_ppo now calls the wrong function
+    with pytest.raises(AssertionError):
+        ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.TinyCritic)
+
+
+def test_correct_variants_train_end_to_end(monkeypatch):
+    for name in ("gae_vectorised", "clip_max_of_negatives_trl_clipfrac", "shaped_rewards_one_hot", "value_where_form"):
+        symbol, source = cat.CORRECT[name]
+        monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])
+    ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.TinyCritic)
+
+
+class AlwaysEqual:
+    """nbgrader #1379: an object equal to everything must not pass a test."""
+
+    def __eq__(self, other):
+        return True
+
+    def __float__(self):
+        raise TypeError("not a number")
+
+
+def test_always_equal_object_does_not_pass():
+    fake = "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n    return AlwaysEqual(), AlwaysEqual()\n"
+    ns = namespace_with(fake)
+    ns["AlwaysEqual"] = AlwaysEqual
+    with pytest.raises(AssertionError):
+        ppo_checks.check_gae(ns["gae"])
+    ns = namespace_with("def last_response_index(response_mask):\n    return AlwaysEqual()\n")
+    ns["AlwaysEqual"] = AlwaysEqual
+    with pytest.raises(AssertionError):
+        CHECKS[cat.SHAPED](ns)

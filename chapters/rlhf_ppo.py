@@ -81,7 +81,7 @@ from mlbook.posttrain.masks import (
 )
 from mlbook.posttrain.toy_lm import TinyTransformer, ToyLMConfig, sample, token_log_probs
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "965dbafee232d9b1626984d19dbfa6d2", "grade": false, "grade_id": "10_intuition-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a55460f3c90e697d4a38ee97b5fab9c0", "grade": false, "grade_id": "10_intuition-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1. Intuition: one response, followed through the reward
 #
 # In RLHF the language model is the *policy*. Every generated token is an **action** $a_t$; the
@@ -93,9 +93,9 @@ from mlbook.posttrain.toy_lm import TinyTransformer, ToyLMConfig, sample, token_
 # Here is one response of four tokens, the last being `<|end|>`. The policy and the reference
 # assigned these log-probabilities to the tokens that were actually sampled; the reward model gave
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
-# reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\mathrm{ref}}) + \mathbb 1[t = T]\, r_\phi$.
+# reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a765c76e64ce61397f9e89e415209d0e", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 example = dict(
     logp_policy=torch.tensor([-1.0, -0.5, -2.0, -0.1]),
     logp_ref=torch.tensor([-1.2, -0.5, -1.0, -0.1]),
@@ -113,7 +113,7 @@ display(
     Markdown(
         "\n".join(
             [
-                "| $t$ | $\\log\\pi_\\theta$ | $\\log\\pi_{\\mathrm{ref}}$ | KL term | score | $R_t$ |",
+                "| $t$ | $\\log\\pi_\\theta$ | $\\log\\pi_{\\text{ref}}$ | KL term | score | $R_t$ |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]
@@ -142,7 +142,7 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 fig = draw_pipeline()
 plt.show()
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5b2ed069ce793f1ab3a9ea4c7ef7549f", "grade": false, "grade_id": "20_math-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f5b2047c8c0b375a140e6ddb73c794d0", "grade": false, "grade_id": "20_math-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2. The math
 #
 # ### 2.1 From the RLHF objective to a per-token reward
@@ -150,18 +150,18 @@ plt.show()
 # For a prompt $x$ we want responses the reward model likes, without wandering far from the
 # reference model:
 #
-# $$J(\theta) = \mathbb E_{y\sim\pi_\theta(\cdot|x)}\big[r_\phi(x,y)\big] - \beta\,\mathrm{KL}\big(\pi_\theta(\cdot|x)\,\|\,\pi_{\mathrm{ref}}(\cdot|x)\big).$$
+# $$J(\theta) = \mathbb{E}_{y\sim\pi_\theta(\cdot \mid x)}\left[r_\phi(x,y)\right] - \beta\,\mathrm{KL}\big(\pi_\theta(\cdot \mid x)\,\|\,\pi_{\text{ref}}(\cdot \mid x)\big).$$
 #
 # A response is generated one token at a time, so its log-probability is a sum over tokens,
-# $\log\pi(y|x) = \sum_{t=1}^T \log\pi(a_t|s_t)$. Writing the KL as an expectation under the
+# $\log\pi(y|x) = \sum_{t=1}^T \log\pi(a_t \mid s_t)$. Writing the KL as an expectation under the
 # policy and using that sum,
 #
-# $$\mathrm{KL}(\pi_\theta\|\pi_{\mathrm{ref}}) = \mathbb E_{y\sim\pi_\theta}\Big[\sum_{t=1}^T \log\pi_\theta(a_t|s_t) - \log\pi_{\mathrm{ref}}(a_t|s_t)\Big],$$
+# $$\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}}) = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_{t=1}^T \log\pi_\theta(a_t \mid s_t) - \log\pi_{\text{ref}}(a_t \mid s_t)\Big],$$
 #
 # and both terms of $J$ become one expectation of a sum over the episode. That is exactly an RL
 # return with the per-token reward
 #
-# $$\boxed{R_t = -\beta\big[\log\pi_\theta(a_t|s_t) - \log\pi_{\mathrm{ref}}(a_t|s_t)\big] + \mathbb 1[t = T]\, r_\phi(x, y)}$$
+# $$\boxed{R_t = -\beta\left[\log\pi_\theta(a_t \mid s_t) - \log\pi_{\text{ref}}(a_t \mid s_t)\right] + \mathbb 1[t = T]\, r_\phi(x, y)}$$
 #
 # Three remarks that matter in code. (i) The log-probs in $R_t$ are those of the policy that
 # *sampled* the batch, recorded at rollout time and treated as constants: the KL then shapes the
@@ -170,20 +170,20 @@ plt.show()
 # it was allowed to generate; prompt and padding positions get nothing. (iii) Why pay a KL at all?
 # The reward model is only trustworthy near the data it was trained on; the reference is a prior
 # over fluent text; and with $\beta > 0$ the optimum is a tilt of the reference,
-# $\pi^\star \propto \pi_{\mathrm{ref}}\, e^{r/\beta}$, instead of a collapse onto a single
+# $\pi^\star \propto \pi_{\text{ref}}\, e^{r/\beta}$, instead of a collapse onto a single
 # highest-scoring string.
 #
 # ### 2.2 Importance ratio and the clipped surrogate
 #
-# The policy-gradient theorem gives $\nabla J = \mathbb E\big[\sum_t A_t \nabla\log\pi_\theta(a_t|s_t)\big]$
-# for advantages $A_t$. We sample a batch once with $\pi_{\mathrm{old}}$ and want several gradient
+# The policy-gradient theorem gives $\nabla J = \mathbb{E}\left[\sum_t A_t \nabla\log\pi_\theta(a_t \mid s_t)\right]$
+# for advantages $A_t$. We sample a batch once with $\pi_{\text{old}}$ and want several gradient
 # steps on it, so we reweight each token by the ratio
-# $r_t(\theta) = \pi_\theta(a_t|s_t) / \pi_{\mathrm{old}}(a_t|s_t)$:
-# $L^{\mathrm{PG}}(\theta) = \mathbb E_t[r_t(\theta) A_t]$, whose gradient at
-# $\theta = \theta_{\mathrm{old}}$ is the policy gradient above. Left alone, the optimiser would
+# $r_t(\theta) = \pi_\theta(a_t \mid s_t) / \pi_{\text{old}}(a_t \mid s_t)$:
+# $L^{\mathrm{PG}}(\theta) = \mathbb{E}_t[r_t(\theta) A_t]$, whose gradient at
+# $\theta = \theta_{\text{old}}$ is the policy gradient above. Left alone, the optimiser would
 # inflate $r_t$ without limit wherever $A_t > 0$. PPO takes the pessimistic of two estimates,
 #
-# $$\boxed{L^{\mathrm{CLIP}}(\theta) = \mathbb E_t\Big[\min\big(r_t A_t,\ \mathrm{clip}(r_t, 1-\epsilon, 1+\epsilon)\, A_t\big)\Big]}, \qquad \epsilon = 0.2.$$
+# $$\boxed{L^{\mathrm{CLIP}}(\theta) = \mathbb{E}_t\Big[\min\big(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon)\, A_t\big)\Big]}, \qquad \epsilon = 0.2.$$
 #
 # * $A_t > 0$: the minimum is $r_t A_t$ up to $r_t = 1+\epsilon$ and the constant $(1+\epsilon)A_t$ beyond: flat, zero gradient.
 # * $A_t < 0$: the minimum is $r_t A_t$ down to $r_t = 1-\epsilon$ and the constant $(1-\epsilon)A_t$ below it.
@@ -197,12 +197,12 @@ fig = plot_clip_objective(eps=0.2)
 plt.show()
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9b2665dce7b9eacf556af73406a29bd4", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c2f82da80fd201cb2d3800fb7f04bc0e", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **What the clip is not.** Descriptions often call it a trust region. It is weaker than that:
 # the clip removes the *incentive* to push a token further, not the possibility. Other tokens'
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
-# sampling policy and the current one, $\mathbb E_t[r_t - 1 - \log r_t]$ (always $\ge 0$, second
+# sampling policy and the current one, $\mathbb{E}_t[r_t - 1 - \log r_t]$ (always $\ge 0$, second
 # order in $r_t - 1$), and stop the epochs early when it passes a threshold; `ppo_update` below
 # does both. The *clip fraction*, the share of response tokens whose ratio has left the band, is
 # the diagnostic to watch. Two definitions circulate: "the ratio is outside the band" (used here)
@@ -213,7 +213,7 @@ plt.show()
 #
 # With the critic's values $V(s_t)$ and the convention $V(s_{T+1}) = 0$ after the last response token,
 #
-# $$\delta_t = R_t + \gamma V(s_{t+1}) - V(s_t), \qquad A_t = \sum_{l=0}^{T-t} (\gamma\lambda)^l\, \delta_{t+l} = \delta_t + \gamma\lambda A_{t+1}.$$
+# $$\delta_t = R_t + \gamma\, V_{t+1} - V_t, \qquad A_t = \sum_{k=0}^{T-t} (\gamma\lambda)^{k}\,\delta_{t+k} = \delta_t + \gamma\lambda\, A_{t+1}.$$
 #
 # $\lambda$ trades bias (small $\lambda$ leans on the critic) against variance (large $\lambda$ leans
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
@@ -222,7 +222,7 @@ plt.show()
 # $\lambda \approx 0.95$. The critic regresses on the returns $G_t = A_t + V(s_t)$ with a clipped
 # loss that keeps the new value within $\epsilon_v$ of the value recorded at rollout time:
 #
-# $$L^V = \tfrac12\max\Big(\big(V_\psi(s_t) - G_t\big)^2,\ \big(\mathrm{clip}(V_\psi(s_t), V_{\mathrm{old}}(s_t) - \epsilon_v, V_{\mathrm{old}}(s_t) + \epsilon_v) - G_t\big)^2\Big).$$
+# $$L^V = \tfrac12\max\Big(\big(V_\psi(s_t) - G_t\big)^2,\ \big(\operatorname{clip}(V_\psi(s_t), V_{\text{old}}(s_t) - \epsilon_v, V_{\text{old}}(s_t) + \epsilon_v) - G_t\big)^2\Big).$$
 #
 # The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
 # $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps
@@ -239,7 +239,7 @@ plt.show()
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
 # in log space:
 #
-# $$e = \mathrm{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
+# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
 #
 # where $n$ is the number of samples in the update and the horizon $h$ is counted in samples
 # (lm-human-preferences and TRL use $h = 10^4$). The popular simplified form $\beta \leftarrow
@@ -281,7 +281,7 @@ def last_response_index(response_mask: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "dfffedbf8724f5f507b2c205f3178641", "grade": false, "grade_id": "shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "cce85f150b4a8f0ea92d9ecc7fa28a58", "grade": false, "grade_id": "shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def shaped_rewards(
     scores: torch.Tensor,
     logp_policy: torch.Tensor,
@@ -296,9 +296,9 @@ def shaped_rewards(
         logp_policy: (B, T-1) log-probs of the sampled tokens under the sampling policy.
         logp_ref: (B, T-1) log-probs of the same tokens under the frozen reference.
         response_mask: (B, T-1) 1.0 on response tokens, 0.0 on prompt and padding.
-        beta: KL coefficient.
+        beta: weight of the KL fee.
     Returns:
-        (B, T-1) rewards, zero outside the response.
+        (B, T-1) per-token rewards; prompt and padding positions hold 0.
     """
     validate_per_token(response_mask, logp_policy=logp_policy, logp_ref=logp_ref)
     validate_scores(scores, response_mask.shape[0])
@@ -518,7 +518,7 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "edd492a54a9171eb8131610d4683545a", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc2be84858c3e80e79db6905ee1b52c4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -539,9 +539,9 @@ class TinyCritic(nn.Module):
 
 
 def collect_rollouts(
-    policy: nn.Module,
-    ref: nn.Module,
-    critic: nn.Module,
+    policy: nn.Module,  # the model being trained
+    ref: nn.Module,  # frozen KL anchor
+    critic: nn.Module,  # value model
     prompts: torch.Tensor,
     max_new_tokens: int,
     eos_id: int,
@@ -582,14 +582,14 @@ class UpdateStats:
 
 
 def ppo_update(
-    policy: nn.Module,
-    critic: nn.Module,
-    opt: torch.optim.Optimizer,
-    roll: dict[str, torch.Tensor],
-    scores: torch.Tensor,
+    policy: nn.Module,  # possibly DDP-wrapped
+    critic: nn.Module,  # possibly DDP-wrapped
+    opt: torch.optim.Optimizer,  # over policy and critic parameters
+    roll: dict[str, torch.Tensor],  # from collect_rollouts
+    scores: torch.Tensor,  # (B,) sequence rewards
     beta: float,
-    clip_eps: float = 0.2,
-    ppo_epochs: int = 2,
+    clip_eps: float = 0.2,  # ratio band and value clip width
+    ppo_epochs: int = 2,  # full-batch passes over the rollouts
     vf_coef: float = 0.5,
     ent_coef: float = 0.0,
     whiten: bool = True,
@@ -628,11 +628,11 @@ def ppo_update(
             raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
         if approx_kl_stop is not None and epoch > 0 and approx_kl > approx_kl_stop:
             break
-        pg_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m)
         ent = masked_entropy(logits[:, :-1], m)
-        loss = scale * (pg_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
+        loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
         if extra_loss is not None:
             term = extra_loss(policy)
             loss = loss + term
@@ -650,9 +650,9 @@ def ppo_update(
 class PPOStats:
     reward: float  # mean sequence score of the step's rollouts
     kl: float  # per-sequence KL estimate to the reference (sum over tokens, mean over samples)
-    clip_frac: float
-    value_loss: float
-    entropy: float
+    clip_frac: float  # share of response tokens outside the ratio band (last epoch)
+    value_loss: float  # clipped critic loss (last epoch)
+    entropy: float  # mean next-token entropy over response positions
     beta: float  # the beta used for this step's rewards
     approx_kl: float  # old-vs-new policy drift within the step
     response_len: float
@@ -667,16 +667,16 @@ def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> 
 
 
 def train_ppo(
-    policy: nn.Module,
-    ref: nn.Module,
-    critic: nn.Module,
-    prompts: torch.Tensor,
+    policy: nn.Module,  # trained
+    ref: nn.Module,  # frozen here
+    critic: nn.Module,  # trained
+    prompts: torch.Tensor,  # (B, P) long
     reward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     eos_id: int,
-    steps: int = 30,
+    steps: int = 30,  # PPO iterations (rollout + update)
     max_new_tokens: int = 8,
-    beta: float = 0.05,
-    kl_target: float | None = None,
+    beta: float = 0.05,  # initial (or fixed) KL coefficient
+    kl_target: float | None = None,  # per-sequence KL target; None keeps beta fixed
     lr: float = 1e-3,
     clip_eps: float = 0.2,
     ppo_epochs: int = 2,
@@ -721,7 +721,7 @@ def train_ppo(
         )
         if progress:
             bar.set_postfix(reward=f"{reward / n:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
-        if controller is not None:
+        if controller is not None:  # adapt beta for the next step
             beta = controller.update(kl)
     return history
 
@@ -1308,3 +1308,222 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # of the bugs above fail it.
 #
 # </details>
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d7bd913ce190951e416158755d691222", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 7. Exercises
+#
+# Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
+# below starts with `ex`, and `mlbook grade` reports them apart from the six core tests. Exercises 1 and 2
+# come with a visible check you can rerun as often as you like; 4 and 5 also have an autograded test
+# (part of it hidden); the written parts are read by a person.
+#
+# Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
+# from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
+# you met in §3 through their hooks (`sampler=`, `whiten=`, `extra_loss=`, `stale_sampler=`). The
+# two training sweeps (5 seeds, two or three arms each, about two minutes of CPU) are read from a cache
+# that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f21f2116111073729a698dc4ded30c2b", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import warnings
+
+import matplotlib.pyplot as plt
+import torch
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "18519bc759f879f4afc90df0b3287678", "grade": false, "grade_id": "70_exercises-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 1 ★: a larger β on the §1 example
+#
+# Recompute the shaped rewards of the four-token example of §1 (log-probs under the policy
+# $(-1.0, -0.5, -2.0, -0.1)$, under the reference $(-1.2, -0.5, -1.0, -0.1)$, score $1.5$ on the last token),
+# once with $\beta = 0.1$ and once with $\beta = 0.2$, using **your** `shaped_rewards`. Store them in
+# `ex1_rewards_01` and `ex1_rewards_02`, each of shape (1, 4). Then explain below why the sample's total
+# return went *up* when the KL penalty got stronger.
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false}
+ex1_logp_policy = torch.tensor([[-1.0, -0.5, -2.0, -0.1]])
+ex1_logp_ref = torch.tensor([[-1.2, -0.5, -1.0, -0.1]])
+ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of four tokens, no prompt, no padding
+# YOUR CODE HERE
+raise NotImplementedError("replace this line with your implementation")
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6fd4564c78e55e70bf0d1d7a07905e77", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Check for exercise 1 (not graded: rerun it until it passes).
+assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
+    f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
+)
+assert torch.allclose(ex1_rewards_01, torch.tensor([[-0.02, 0.0, 0.1, 1.5]]), atol=1e-6), (
+    f"at beta = 0.1 the shaped rewards should be (-0.02, 0, +0.1, +1.5), got {ex1_rewards_01.tolist()}"
+)
+ex1_log_ratio = float((ex1_logp_policy - ex1_logp_ref).sum())
+print("beta = 0.2 rewards:", [round(x, 4) for x in ex1_rewards_02[0].tolist()])
+print(f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}")
+print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
+
+
+# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "c0430c61852bd4a488c593a1e8cf8fe4", "grade": true, "grade_id": "ex1_larger_beta", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# YOUR ANSWER HERE
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "183fa8f9efa11a957080333410e8156f", "grade": false, "grade_id": "70_exercises-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 2 ★★: λ = γ = 1 gives the Monte-Carlo return
+#
+# With $\gamma = \lambda = 1$, `advantages + values` from `gae` should equal the reward-to-go
+# $G_t = \sum_{s \ge t} R_s$ at every response position, whatever the critic predicts. Write
+# `reward_to_go(rewards, response_mask)` (no Python loop over positions: think `flip` and `cumsum`), then
+# run the check, which compares your `gae` with it on a batch whose rows have prompts and padding of
+# different lengths and a critic that predicts non-zero values on the padding. Finally, say in two lines
+# why the identity holds.
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "b2b0160c375567c598e44c8c9e058e44", "grade": false, "grade_id": "ex2_reward_to_go", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def reward_to_go(rewards, response_mask):
+    """G_t = sum of R_s for s >= t over the response, 0 off it: (B, T-1), (B, T-1) -> (B, T-1)."""
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your implementation")
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2243e437ea44c2295c21367ac46ac027", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
+ex2_mask = torch.tensor(
+    [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
+)
+ex2_gen = torch.Generator().manual_seed(7)
+ex2_rewards = (torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1) * ex2_mask
+ex2_values = torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2  # non-zero on padding too
+ex2_loop = torch.zeros_like(ex2_rewards)
+for b in range(ex2_mask.shape[0]):
+    running = 0.0
+    for t in reversed(range(ex2_mask.shape[1])):
+        running += float(ex2_rewards[b, t] * ex2_mask[b, t])
+        ex2_loop[b, t] = running * float(ex2_mask[b, t])
+ex2_mine = reward_to_go(ex2_rewards, ex2_mask)
+assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), "reward_to_go differs from the loop on the response"
+ex2_adv, ex2_ret = gae(ex2_rewards, ex2_values, ex2_mask, gamma=1.0, lam=1.0)
+ex2_gap = float(((ex2_adv + ex2_values - ex2_loop) * ex2_mask).abs().max())
+assert ex2_gap < 1e-6, f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
+print(f"largest |advantages + values - reward-to-go| on response tokens: {ex2_gap:.1e}")
+print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_loop[0].tolist()])
+
+# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# YOUR ANSWER HERE
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "02ba7bfcad1d332b8a2b7ead4bd22340", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 3 ★★: what whitening does and does not change
+#
+# `ppo_update` whitens the advantages over the batch by default: it subtracts their mean and divides by
+# their standard deviation. (a) Argue that this leaves the direction of the expected policy gradient
+# unchanged, and name a situation where it does change where the update ends up. (b) Measure it: on one
+# rollout batch, run the same multi-epoch `ppo_update` with `whiten=True` and with `whiten=False`, starting
+# both from identical copies of the policy, critic and optimizer, and count after each epoch how many
+# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called once per
+# epoch with the policy; a function that counts and returns `torch.zeros(())` observes without changing
+# anything.)
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# YOUR CODE HERE
+raise NotImplementedError("replace this line with your implementation")
+
+# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# YOUR ANSWER HERE
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "95ad3ac4d0fc35ceeb2f2c6a1f92fe4f", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 4 ★★★: PPO-ptx
+#
+# InstructGPT mixes a supervised term into the PPO loss so the policy keeps what it learnt before RL.
+# Implement it for the toy: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving
+# `ptx_coef` times the SFT loss of `policy` on the fixed demonstration batch (`demonstration_batch()`,
+# scored with `sft_loss`), as a scalar tensor that carries gradient. `train_ppo(..., extra_loss=...)` passes
+# it on to `ppo_update`, which adds it to every epoch's loss. Then show with curves, over several seeds,
+# that the reward still rises while the SFT loss on the demonstrations stays within 10 % of its starting
+# value, and that without the term it drifts much further.
+#
+# Start the run from a model that already fits the demonstrations (fine-tune the reference on them first,
+# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
+# teaching the demonstrations, and the SFT loss would fall far below its start.
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "71a83cf7fb942d527a1757c074e5fff6", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
+from mlbook.posttrain.toy_lm import demonstration_batch, sft_loss
+
+
+def make_ptx_loss(batch, ptx_coef):
+    """Return extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels), a scalar with gradient."""
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your implementation")
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d5b7c49c75776b6a336f505be529aa3f", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, demonstration_batch
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    _lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
+    _term = make_ptx_loss(demonstration_batch(), 0.5)
+    assert callable(_term), "make_ptx_loss must return a function of the policy"
+    _value = _term(_lm)
+    assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
+    assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# YOUR CODE HERE
+raise NotImplementedError("replace this line with your implementation")
+
+# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "9752f420f7bdb55a522f7652f44c07a6", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# YOUR ANSWER HERE
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "11547ee4431a97cdedfa96b14b711e16", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 5 ★★★: asynchronous rollouts
+#
+# Large systems generate the next batch while the current one trains, so the sampler's weights lag one
+# update behind the policy being trained. `train_ppo(stale_sampler=True)` does exactly that, and
+# `collect_rollouts(sampler=...)` records `logp_old` from the model that actually sampled.
+#
+# Write `importance_ratios(policy, sampler, tokens, response_mask)`: the ratio
+# $\pi_\theta(y_t)/\pi_{\text{sampler}}(y_t)$ of every sampled token, (B, T-1) like `token_log_probs`, equal to
+# 1 off the response. Then (a) show over several seeds that the clip fraction rises when the sampler is one
+# update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
+# policy instead of the sampler, and explain why that is wrong.
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "1e93e096aa3b0218380da7fb1a48ff36", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+from mlbook.posttrain.toy_lm import token_log_probs
+
+
+def importance_ratios(policy, sampler, tokens, response_mask):
+    """pi_policy(token) / pi_sampler(token) per sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your implementation")
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a5a2447b2837c641fdc53f2c381d9f24", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import copy
+import warnings
+
+import torch
+
+from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    _sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
+    _policy = copy.deepcopy(_sampler)
+    with torch.no_grad():
+        for _p in _policy.parameters():
+            _p.add_(0.05 * torch.randn_like(_p))  # the policy has moved on since the sampler's weights
+    _gen = torch.Generator().manual_seed(0)
+    _tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
+    _mask = _full_mask[:, 1:]
+    _r = torch.as_tensor(importance_ratios(_policy, _sampler, _tokens, _mask)).detach().double()
+    assert _r.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_r.shape)}"
+    _same = torch.as_tensor(importance_ratios(_sampler, _sampler, _tokens, _mask)).detach().double()
+    assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# YOUR CODE HERE
+raise NotImplementedError("replace this line with your implementation")
+
+# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# YOUR ANSWER HERE

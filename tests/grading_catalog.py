@@ -16,49 +16,49 @@ VALUE = "test_value_loss_clipping"
 KL = "test_kl_controller_moves_beta_toward_target"
 TRAIN = "test_train_ppo_increases_reward_with_bounded_kl"
 
-_SHAPED_TEMPLATE = """
-def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):
-    {kl}
-    last = last_response_index(response_mask)
-    rows = torch.arange(scores.shape[0])
-    rewards = kl.clone()
-    rewards[rows, {pos}] += scores
-    return rewards
-"""
+_SHAPED_TEMPLATE = (
+    "def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"
+    "    {kl}\n"
+    "    last = last_response_index(response_mask)\n"
+    "    rows = torch.arange(scores.shape[0])\n"
+    "    rewards = kl.clone()\n"
+    "    rewards[rows, {pos}] += scores\n"
+    "    return rewards\n"
+)
 
 
 def _shaped(kl="kl = -beta * (logp_policy - logp_ref) * response_mask", pos="last"):
     return _SHAPED_TEMPLATE.format(kl=kl, pos=pos)
 
 
-_GAE_TEMPLATE = """
-def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
-    B, L = rewards.shape
-    adv = torch.zeros_like(rewards)
-    carry = torch.zeros(B, dtype=rewards.dtype)
-    nxt = torch.zeros(B, dtype=rewards.dtype)
-    for t in reversed(range(L)):
-        m = response_mask[:, t]
-        delta = rewards[:, t] + gamma * nxt - values[:, t]
-        carry = {carry}
-        adv[:, t] = carry
-        nxt = {nxt}
-    return adv, {ret}
-"""
+_GAE_TEMPLATE = (
+    "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+    "    B, L = rewards.shape\n"
+    "    adv = torch.zeros_like(rewards)\n"
+    "    carry = torch.zeros(B, dtype=rewards.dtype)\n"
+    "    nxt = torch.zeros(B, dtype=rewards.dtype)\n"
+    "    for t in reversed(range(L)):\n"
+    "        m = response_mask[:, t]\n"
+    "        delta = rewards[:, t] + gamma * nxt - values[:, t]\n"
+    "        carry = {carry}\n"
+    "        adv[:, t] = carry\n"
+    "        nxt = {nxt}\n"
+    "    return adv, {ret}\n"
+)
 
 
 def _gae(carry="m * (delta + gamma * lam * carry)", nxt="m * values[:, t]", ret="adv + values"):
     return _GAE_TEMPLATE.format(carry=carry, nxt=nxt, ret=ret)
 
 
-_CLIP_TEMPLATE = """
-def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
-    ratio = {ratio}
-    per_token = {per_token}
-    loss = {reduce}
-    frac = ((ratio - 1).abs() > clip_eps).float()
-    return loss, float({frac})
-"""
+_CLIP_TEMPLATE = (
+    "def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
+    "    ratio = {ratio}\n"
+    "    per_token = {per_token}\n"
+    "    loss = {reduce}\n"
+    "    frac = ((ratio - 1).abs() > clip_eps).float()\n"
+    "    return loss, float({frac})\n"
+)
 
 
 def _clip(
@@ -70,12 +70,12 @@ def _clip(
     return _CLIP_TEMPLATE.format(ratio=ratio, per_token=per_token, reduce=reduce, frac=frac)
 
 
-_VALUE_TEMPLATE = """
-def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):
-    v_clip = {v_clip}
-    per_token = {per_token}
-    return {reduce}
-"""
+_VALUE_TEMPLATE = (
+    "def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):\n"
+    "    v_clip = {v_clip}\n"
+    "    per_token = {per_token}\n"
+    "    return {reduce}\n"
+)
 
 
 def _value(
@@ -86,16 +86,16 @@ def _value(
     return _VALUE_TEMPLATE.format(v_clip=v_clip, per_token=per_token, reduce=reduce)
 
 
-_KL_TEMPLATE = """
-class AdaptiveKLController:
-    def __init__(self, beta, target, horizon=10):
-        self.beta, self.target, self.horizon = beta, target, horizon
-
-    def update(self, kl, n_steps=1):
-        e = {error}
-        {assign}
-        return self.beta
-"""
+_KL_TEMPLATE = (
+    "class AdaptiveKLController:\n"
+    "    def __init__(self, beta, target, horizon=10):\n"
+    "        self.beta, self.target, self.horizon = beta, target, horizon\n"
+    "\n"
+    "    def update(self, kl, n_steps=1):\n"
+    "        e = {error}\n"
+    "        {assign}\n"
+    "        return self.beta\n"
+)
 
 
 def _kl(error="min(max(kl / self.target - 1, -0.2), 0.2)", assign="self.beta = self.beta * (1 + e * n_steps / self.horizon)"):

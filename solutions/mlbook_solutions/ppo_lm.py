@@ -57,9 +57,9 @@ def shaped_rewards(
         logp_policy: (B, T-1) log-probs of the sampled tokens under the sampling policy.
         logp_ref: (B, T-1) log-probs of the same tokens under the frozen reference.
         response_mask: (B, T-1) 1.0 on response tokens, 0.0 on prompt and padding.
-        beta: KL coefficient.
+        beta: weight of the KL fee.
     Returns:
-        (B, T-1) rewards, zero outside the response.
+        (B, T-1) per-token rewards; prompt and padding positions hold 0.
     """
     validate_per_token(response_mask, logp_policy=logp_policy, logp_ref=logp_ref)
     validate_scores(scores, response_mask.shape[0])
@@ -184,9 +184,9 @@ class TinyCritic(nn.Module):
 
 
 def collect_rollouts(
-    policy: nn.Module,
-    ref: nn.Module,
-    critic: nn.Module,
+    policy: nn.Module,  # the model being trained
+    ref: nn.Module,  # frozen KL anchor
+    critic: nn.Module,  # value model
     prompts: torch.Tensor,
     max_new_tokens: int,
     eos_id: int,
@@ -227,14 +227,14 @@ class UpdateStats:
 
 
 def ppo_update(
-    policy: nn.Module,
-    critic: nn.Module,
-    opt: torch.optim.Optimizer,
-    roll: dict[str, torch.Tensor],
-    scores: torch.Tensor,
+    policy: nn.Module,  # possibly DDP-wrapped
+    critic: nn.Module,  # possibly DDP-wrapped
+    opt: torch.optim.Optimizer,  # over policy and critic parameters
+    roll: dict[str, torch.Tensor],  # from collect_rollouts
+    scores: torch.Tensor,  # (B,) sequence rewards
     beta: float,
-    clip_eps: float = 0.2,
-    ppo_epochs: int = 2,
+    clip_eps: float = 0.2,  # ratio band and value clip width
+    ppo_epochs: int = 2,  # full-batch passes over the rollouts
     vf_coef: float = 0.5,
     ent_coef: float = 0.0,
     whiten: bool = True,
@@ -273,11 +273,11 @@ def ppo_update(
             raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
         if approx_kl_stop is not None and epoch > 0 and approx_kl > approx_kl_stop:
             break
-        pg_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m)
         ent = masked_entropy(logits[:, :-1], m)
-        loss = scale * (pg_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
+        loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
         if extra_loss is not None:
             term = extra_loss(policy)
             loss = loss + term
@@ -295,9 +295,9 @@ def ppo_update(
 class PPOStats:
     reward: float  # mean sequence score of the step's rollouts
     kl: float  # per-sequence KL estimate to the reference (sum over tokens, mean over samples)
-    clip_frac: float
-    value_loss: float
-    entropy: float
+    clip_frac: float  # share of response tokens outside the ratio band (last epoch)
+    value_loss: float  # clipped critic loss (last epoch)
+    entropy: float  # mean next-token entropy over response positions
     beta: float  # the beta used for this step's rewards
     approx_kl: float  # old-vs-new policy drift within the step
     response_len: float
@@ -312,16 +312,16 @@ def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> 
 
 
 def train_ppo(
-    policy: nn.Module,
-    ref: nn.Module,
-    critic: nn.Module,
-    prompts: torch.Tensor,
+    policy: nn.Module,  # trained
+    ref: nn.Module,  # frozen here
+    critic: nn.Module,  # trained
+    prompts: torch.Tensor,  # (B, P) long
     reward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     eos_id: int,
-    steps: int = 30,
+    steps: int = 30,  # PPO iterations (rollout + update)
     max_new_tokens: int = 8,
-    beta: float = 0.05,
-    kl_target: float | None = None,
+    beta: float = 0.05,  # initial (or fixed) KL coefficient
+    kl_target: float | None = None,  # per-sequence KL target; None keeps beta fixed
     lr: float = 1e-3,
     clip_eps: float = 0.2,
     ppo_epochs: int = 2,
@@ -366,6 +366,6 @@ def train_ppo(
         )
         if progress:
             bar.set_postfix(reward=f"{reward / n:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
-        if controller is not None:
+        if controller is not None:  # adapt beta for the next step
             beta = controller.update(kl)
     return history

@@ -10,7 +10,7 @@
 # Here is one response of four tokens, the last being `<|end|>`. The policy and the reference
 # assigned these log-probabilities to the tokens that were actually sampled; the reward model gave
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
-# reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\mathrm{ref}}) + \mathbb 1[t = T]\, r_\phi$.
+# reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
 # %%
 example = dict(
@@ -30,7 +30,7 @@ display(
     Markdown(
         "\n".join(
             [
-                "| $t$ | $\\log\\pi_\\theta$ | $\\log\\pi_{\\mathrm{ref}}$ | KL term | score | $R_t$ |",
+                "| $t$ | $\\log\\pi_\\theta$ | $\\log\\pi_{\\text{ref}}$ | KL term | score | $R_t$ |",
                 "|---|---|---|---|---|---|",
                 *rows,
             ]

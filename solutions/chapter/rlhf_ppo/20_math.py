@@ -6,18 +6,18 @@
 # For a prompt $x$ we want responses the reward model likes, without wandering far from the
 # reference model:
 #
-# $$J(\theta) = \mathbb E_{y\sim\pi_\theta(\cdot|x)}\big[r_\phi(x,y)\big] - \beta\,\mathrm{KL}\big(\pi_\theta(\cdot|x)\,\|\,\pi_{\mathrm{ref}}(\cdot|x)\big).$$
+# $$J(\theta) = \mathbb{E}_{y\sim\pi_\theta(\cdot \mid x)}\left[r_\phi(x,y)\right] - \beta\,\mathrm{KL}\big(\pi_\theta(\cdot \mid x)\,\|\,\pi_{\text{ref}}(\cdot \mid x)\big).$$
 #
 # A response is generated one token at a time, so its log-probability is a sum over tokens,
-# $\log\pi(y|x) = \sum_{t=1}^T \log\pi(a_t|s_t)$. Writing the KL as an expectation under the
+# $\log\pi(y|x) = \sum_{t=1}^T \log\pi(a_t \mid s_t)$. Writing the KL as an expectation under the
 # policy and using that sum,
 #
-# $$\mathrm{KL}(\pi_\theta\|\pi_{\mathrm{ref}}) = \mathbb E_{y\sim\pi_\theta}\Big[\sum_{t=1}^T \log\pi_\theta(a_t|s_t) - \log\pi_{\mathrm{ref}}(a_t|s_t)\Big],$$
+# $$\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}}) = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_{t=1}^T \log\pi_\theta(a_t \mid s_t) - \log\pi_{\text{ref}}(a_t \mid s_t)\Big],$$
 #
 # and both terms of $J$ become one expectation of a sum over the episode. That is exactly an RL
 # return with the per-token reward
 #
-# $$\boxed{R_t = -\beta\big[\log\pi_\theta(a_t|s_t) - \log\pi_{\mathrm{ref}}(a_t|s_t)\big] + \mathbb 1[t = T]\, r_\phi(x, y)}$$
+# $$\boxed{R_t = -\beta\left[\log\pi_\theta(a_t \mid s_t) - \log\pi_{\text{ref}}(a_t \mid s_t)\right] + \mathbb 1[t = T]\, r_\phi(x, y)}$$
 #
 # Three remarks that matter in code. (i) The log-probs in $R_t$ are those of the policy that
 # *sampled* the batch, recorded at rollout time and treated as constants: the KL then shapes the
@@ -26,20 +26,20 @@
 # it was allowed to generate; prompt and padding positions get nothing. (iii) Why pay a KL at all?
 # The reward model is only trustworthy near the data it was trained on; the reference is a prior
 # over fluent text; and with $\beta > 0$ the optimum is a tilt of the reference,
-# $\pi^\star \propto \pi_{\mathrm{ref}}\, e^{r/\beta}$, instead of a collapse onto a single
+# $\pi^\star \propto \pi_{\text{ref}}\, e^{r/\beta}$, instead of a collapse onto a single
 # highest-scoring string.
 #
 # ### 2.2 Importance ratio and the clipped surrogate
 #
-# The policy-gradient theorem gives $\nabla J = \mathbb E\big[\sum_t A_t \nabla\log\pi_\theta(a_t|s_t)\big]$
-# for advantages $A_t$. We sample a batch once with $\pi_{\mathrm{old}}$ and want several gradient
+# The policy-gradient theorem gives $\nabla J = \mathbb{E}\left[\sum_t A_t \nabla\log\pi_\theta(a_t \mid s_t)\right]$
+# for advantages $A_t$. We sample a batch once with $\pi_{\text{old}}$ and want several gradient
 # steps on it, so we reweight each token by the ratio
-# $r_t(\theta) = \pi_\theta(a_t|s_t) / \pi_{\mathrm{old}}(a_t|s_t)$:
-# $L^{\mathrm{PG}}(\theta) = \mathbb E_t[r_t(\theta) A_t]$, whose gradient at
-# $\theta = \theta_{\mathrm{old}}$ is the policy gradient above. Left alone, the optimiser would
+# $r_t(\theta) = \pi_\theta(a_t \mid s_t) / \pi_{\text{old}}(a_t \mid s_t)$:
+# $L^{\mathrm{PG}}(\theta) = \mathbb{E}_t[r_t(\theta) A_t]$, whose gradient at
+# $\theta = \theta_{\text{old}}$ is the policy gradient above. Left alone, the optimiser would
 # inflate $r_t$ without limit wherever $A_t > 0$. PPO takes the pessimistic of two estimates,
 #
-# $$\boxed{L^{\mathrm{CLIP}}(\theta) = \mathbb E_t\Big[\min\big(r_t A_t,\ \mathrm{clip}(r_t, 1-\epsilon, 1+\epsilon)\, A_t\big)\Big]}, \qquad \epsilon = 0.2.$$
+# $$\boxed{L^{\mathrm{CLIP}}(\theta) = \mathbb{E}_t\Big[\min\big(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon)\, A_t\big)\Big]}, \qquad \epsilon = 0.2.$$
 #
 # * $A_t > 0$: the minimum is $r_t A_t$ up to $r_t = 1+\epsilon$ and the constant $(1+\epsilon)A_t$ beyond: flat, zero gradient.
 # * $A_t < 0$: the minimum is $r_t A_t$ down to $r_t = 1-\epsilon$ and the constant $(1-\epsilon)A_t$ below it.
@@ -57,7 +57,7 @@ plt.show()
 # the clip removes the *incentive* to push a token further, not the possibility. Other tokens'
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
-# sampling policy and the current one, $\mathbb E_t[r_t - 1 - \log r_t]$ (always $\ge 0$, second
+# sampling policy and the current one, $\mathbb{E}_t[r_t - 1 - \log r_t]$ (always $\ge 0$, second
 # order in $r_t - 1$), and stop the epochs early when it passes a threshold; `ppo_update` below
 # does both. The *clip fraction*, the share of response tokens whose ratio has left the band, is
 # the diagnostic to watch. Two definitions circulate: "the ratio is outside the band" (used here)
@@ -68,7 +68,7 @@ plt.show()
 #
 # With the critic's values $V(s_t)$ and the convention $V(s_{T+1}) = 0$ after the last response token,
 #
-# $$\delta_t = R_t + \gamma V(s_{t+1}) - V(s_t), \qquad A_t = \sum_{l=0}^{T-t} (\gamma\lambda)^l\, \delta_{t+l} = \delta_t + \gamma\lambda A_{t+1}.$$
+# $$\delta_t = R_t + \gamma\, V_{t+1} - V_t, \qquad A_t = \sum_{k=0}^{T-t} (\gamma\lambda)^{k}\,\delta_{t+k} = \delta_t + \gamma\lambda\, A_{t+1}.$$
 #
 # $\lambda$ trades bias (small $\lambda$ leans on the critic) against variance (large $\lambda$ leans
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
@@ -77,7 +77,7 @@ plt.show()
 # $\lambda \approx 0.95$. The critic regresses on the returns $G_t = A_t + V(s_t)$ with a clipped
 # loss that keeps the new value within $\epsilon_v$ of the value recorded at rollout time:
 #
-# $$L^V = \tfrac12\max\Big(\big(V_\psi(s_t) - G_t\big)^2,\ \big(\mathrm{clip}(V_\psi(s_t), V_{\mathrm{old}}(s_t) - \epsilon_v, V_{\mathrm{old}}(s_t) + \epsilon_v) - G_t\big)^2\Big).$$
+# $$L^V = \tfrac12\max\Big(\big(V_\psi(s_t) - G_t\big)^2,\ \big(\operatorname{clip}(V_\psi(s_t), V_{\text{old}}(s_t) - \epsilon_v, V_{\text{old}}(s_t) + \epsilon_v) - G_t\big)^2\Big).$$
 #
 # The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
 # $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps
@@ -94,7 +94,7 @@ plt.show()
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
 # in log space:
 #
-# $$e = \mathrm{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
+# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
 #
 # where $n$ is the number of samples in the update and the horizon $h$ is counted in samples
 # (lm-human-preferences and TRL use $h = 10^4$). The popular simplified form $\beta \leftarrow

@@ -287,7 +287,7 @@ def ppo_update(
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         opt.step()
         epochs_run += 1
-    clip_frac = float(reduce(torch.tensor([clip_frac * float(n_local)], dtype=torch.float64))[0] / float(n_total))
+    clip_frac = float(reduce(n_local.new_tensor([clip_frac * float(n_local)]))[0] / float(n_total))
     return UpdateStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, epochs_run, extra)
 
 
@@ -307,7 +307,7 @@ class PPOStats:
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), torch.tensor(float(len(per_seq)))]))
+    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
     return float(total / count)
 
 
@@ -360,7 +360,7 @@ def train_ppo(
             previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
         upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
         reward, length = (reduce or (lambda x: x))(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * (float(reduce(torch.ones(()))) if reduce else 1.0)
+        n = len(scores) * (float(reduce(scores.new_ones(()))) if reduce else 1.0)
         history.append(
             PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
         )

@@ -175,14 +175,19 @@ for i, h in enumerate(history, 1):
 # %%
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
 plt.show()
+peak = max(range(len(history)), key=lambda i: history[i].kl)
+print(f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
+      f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}")
+print(f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
+      f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step")
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
     print(decode(row))
 
 # %% [markdown]
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
-# and overshoots the target, because a horizon of 10 updates lets $\beta$ change by at most 2 %
-# per step; $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
+# and overshoots the target, because the controller may change $\beta$ only a little per step (the
+# cell above prints by how much); $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
 # hit the clip during its epochs. The samples are what the KL fee buys: the policy says `good`
 # far more often than the reference would, but it has not collapsed onto a single string.
 

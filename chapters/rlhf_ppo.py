@@ -518,7 +518,7 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc2be84858c3e80e79db6905ee1b52c4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b137eb9084ee1b0502a5d1bc85ce0dd4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -642,7 +642,7 @@ def ppo_update(
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         opt.step()
         epochs_run += 1
-    clip_frac = float(reduce(torch.tensor([clip_frac * float(n_local)], dtype=torch.float64))[0] / float(n_total))
+    clip_frac = float(reduce(n_local.new_tensor([clip_frac * float(n_local)]))[0] / float(n_total))
     return UpdateStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, epochs_run, extra)
 
 
@@ -662,7 +662,7 @@ class PPOStats:
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), torch.tensor(float(len(per_seq)))]))
+    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
     return float(total / count)
 
 
@@ -715,7 +715,7 @@ def train_ppo(
             previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
         upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
         reward, length = (reduce or (lambda x: x))(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * (float(reduce(torch.ones(()))) if reduce else 1.0)
+        n = len(scores) * (float(reduce(scores.new_ones(()))) if reduce else 1.0)
         history.append(
             PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
         )
@@ -758,17 +758,22 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "66dea8578532d3f46937573079c47289", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "688ebbed5e65c3131154abfec86da0cb", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
 plt.show()
+peak = max(range(len(history)), key=lambda i: history[i].kl)
+print(f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
+      f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}")
+print(f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
+      f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step")
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
     print(decode(row))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "98cc732989a9ee011fa201a1cffae14b", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bb768ed12393c1ad3dd0f7dd0b7d0264", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
-# and overshoots the target, because a horizon of 10 updates lets $\beta$ change by at most 2 %
-# per step; $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
+# and overshoots the target, because the controller may change $\beta$ only a little per step (the
+# cell above prints by how much); $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
 # hit the clip during its epochs. The samples are what the KL fee buys: the policy says `good`
 # far more often than the reference would, but it has not collapsed onto a single string.
 
@@ -1309,7 +1314,7 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 #
 # </details>
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d7bd913ce190951e416158755d691222", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "6dcb319a81fc7aa066235d5e4cca2b51", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
@@ -1320,14 +1325,13 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
 # from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
 # you met in §3 through their hooks (`sampler=`, `whiten=`, `extra_loss=`, `stale_sampler=`). The
-# two training sweeps (5 seeds, two or three arms each, about two minutes of CPU) are read from a cache
+# two training sweeps (5 seeds, two or three arms each, a couple of minutes of CPU) are read from a cache
 # that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f21f2116111073729a698dc4ded30c2b", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-import warnings
-
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9e50d77a49dbde0a379ec8a2dacf4e3e", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "18519bc759f879f4afc90df0b3287678", "grade": false, "grade_id": "70_exercises-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 1 ★: a larger β on the §1 example
@@ -1345,7 +1349,7 @@ ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of f
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6fd4564c78e55e70bf0d1d7a07905e77", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -1354,7 +1358,7 @@ assert torch.allclose(ex1_rewards_01, torch.tensor([[-0.02, 0.0, 0.1, 1.5]]), at
     f"at beta = 0.1 the shaped rewards should be (-0.02, 0, +0.1, +1.5), got {ex1_rewards_01.tolist()}"
 )
 ex1_log_ratio = float((ex1_logp_policy - ex1_logp_ref).sum())
-print("beta = 0.2 rewards:", [round(x, 4) for x in ex1_rewards_02[0].tolist()])
+print("beta = 0.2 rewards:", [round(x, 4) + 0.0 for x in ex1_rewards_02[0].tolist()])
 print(f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}")
 print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
 
@@ -1379,7 +1383,7 @@ def reward_to_go(rewards, response_mask):
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2243e437ea44c2295c21367ac46ac027", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a2ab9398bf3058da7ab2acf380e5512c", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
     [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
@@ -1388,11 +1392,11 @@ ex2_gen = torch.Generator().manual_seed(7)
 ex2_rewards = (torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1) * ex2_mask
 ex2_values = torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2  # non-zero on padding too
 ex2_loop = torch.zeros_like(ex2_rewards)
-for b in range(ex2_mask.shape[0]):
-    running = 0.0
-    for t in reversed(range(ex2_mask.shape[1])):
-        running += float(ex2_rewards[b, t] * ex2_mask[b, t])
-        ex2_loop[b, t] = running * float(ex2_mask[b, t])
+for ex2_b in range(ex2_mask.shape[0]):
+    ex2_running = 0.0
+    for ex2_t in reversed(range(ex2_mask.shape[1])):
+        ex2_running += float(ex2_rewards[ex2_b, ex2_t] * ex2_mask[ex2_b, ex2_t])
+        ex2_loop[ex2_b, ex2_t] = ex2_running * float(ex2_mask[ex2_b, ex2_t])
 ex2_mine = reward_to_go(ex2_rewards, ex2_mask)
 assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), "reward_to_go differs from the loop on the response"
 ex2_adv, ex2_ret = gae(ex2_rewards, ex2_values, ex2_mask, gamma=1.0, lam=1.0)
@@ -1423,13 +1427,14 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "95ad3ac4d0fc35ceeb2f2c6a1f92fe4f", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2549b3b172c457e1f0afe1604cb1c557", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 4 ★★★: PPO-ptx
 #
-# InstructGPT mixes a supervised term into the PPO loss so the policy keeps what it learnt before RL.
-# Implement it for the toy: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving
-# `ptx_coef` times the SFT loss of `policy` on the fixed demonstration batch (`demonstration_batch()`,
-# scored with `sft_loss`), as a scalar tensor that carries gradient. `train_ppo(..., extra_loss=...)` passes
+# InstructGPT adds pretraining gradients to the PPO loss ("PPO-ptx") so that the policy does not lose what
+# it could do before RL. On the toy the supervised term is the SFT loss on the demonstrations. Implement
+# it: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving `ptx_coef` times the
+# SFT loss of `policy` on the fixed demonstration batch (`demonstration_batch()`, scored with `sft_loss`),
+# as a scalar tensor that carries gradient. `train_ppo(..., extra_loss=...)` passes
 # it on to `ppo_update`, which adds it to every epoch's loss. Then show with curves, over several seeds,
 # that the reward still rises while the SFT loss on the demonstrations stays within 10 % of its starting
 # value, and that without the term it drifts much further.
@@ -1438,12 +1443,13 @@ raise NotImplementedError("replace this line with your implementation")
 # as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "71a83cf7fb942d527a1757c074e5fff6", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "eb7b601b271105dea8a9ab5a4e9478f7", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from mlbook.posttrain.toy_lm import demonstration_batch, sft_loss
 
 
 def make_ptx_loss(batch, ptx_coef):
     """Return extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels), a scalar with gradient."""
+
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
@@ -1497,8 +1503,9 @@ def importance_ratios(policy, sampler, tokens, response_mask):
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a5a2447b2837c641fdc53f2c381d9f24", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d3541b1d077acc72061352029899a4a2", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import copy
+import math
 import warnings
 
 import torch

@@ -14,14 +14,11 @@ import pathlib
 import time
 
 import matplotlib
+import torch
 
-matplotlib.use("Agg")
-
-import torch  # noqa: E402
-
-from mlbook.plotting import plot_training_curves  # noqa: E402
-from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, decode, good_count_reward, make_prompts  # noqa: E402
-from mlbook_solutions.ppo_lm import TinyCritic, collect_rollouts, train_ppo  # noqa: E402
+from mlbook.plotting import plot_training_curves
+from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, decode, good_count_reward, make_prompts
+from mlbook_solutions.ppo_lm import TinyCritic, collect_rollouts, train_ppo
 
 # The chapter's training run; the notebook's §3 uses the same settings.
 CHAPTER_RUN = dict(steps=40, max_new_tokens=8, beta=0.3, kl_target=3.0, horizon=10, lr=2e-3, ppo_epochs=4)
@@ -43,6 +40,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=CHAPTER_RUN["steps"])
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    matplotlib.use("Agg")  # a script: write PNGs, open no window (importers keep their own backend)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # tiny tensors: one thread is fastest, more only contend

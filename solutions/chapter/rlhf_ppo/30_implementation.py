@@ -176,10 +176,14 @@ for i, h in enumerate(history, 1):
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
-print(f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
-      f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}")
-print(f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
-      f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step")
+print(
+    f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
+    f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+)
+print(
+    f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
+    f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step"
+)
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
     print(decode(row))

@@ -1,14 +1,15 @@
 """Autograding with real nbgrader: one notebook outside a course, plus the feedback redaction.
 
 ``mlbook grade PATH.ipynb --json`` copies the course (``autograde/``) into a scratch folder,
-runs ``nbgrader generate_assignment`` (which fills the gradebook from the source notebook), places
-the notebook as a submission, runs ``nbgrader autograde`` and reads the scores back from the
-gradebook. Grade ids starting with ``ex`` are the optional extra-credit exercises; they are
+runs ``nbgrader generate_assignment`` (which fills the gradebook from the source notebook; cached
+per source version), places the notebook as a submission, runs ``nbgrader autograde`` and reads
+the scores back from the gradebook. Grade ids starting with ``ex`` are the optional extra-credit exercises; they are
 reported apart from the core score.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import shutil
@@ -85,6 +86,31 @@ def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
     return {**total(core), "grades": grades, "extra_credit": total(extra)}
 
 
+def _prepared_course(assignment: str, source_nb: pathlib.Path) -> pathlib.Path:
+    """A course folder with the assignment generated (gradebook filled), cached per source and config.
+
+    ``generate_assignment`` costs about 9 s, so it runs once per version of the source notebook
+    (the cache key hashes it and the course config); every grade then starts from a copy.
+    """
+    from importlib.metadata import version
+
+    stamp = source_nb.read_bytes() + (COURSE / "nbgrader_config.py").read_bytes() + version("nbgrader").encode()
+    key = hashlib.sha256(stamp).hexdigest()[:16]
+    cache_root = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "mlbook" / "grade"
+    cached = cache_root / f"{assignment}-{key}"
+    if not (cached / "gradebook.db").exists():
+        cache_root.mkdir(parents=True, exist_ok=True)
+        staging = pathlib.Path(tempfile.mkdtemp(dir=cache_root))
+        shutil.copy(COURSE / "nbgrader_config.py", staging)
+        shutil.copytree(source_nb.parent, staging / "source" / assignment)
+        run_nbgrader(["generate_assignment", assignment, "--force"], staging)
+        try:
+            staging.rename(cached)  # atomic: a concurrent grader either wins or finds it done
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return cached
+
+
 def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None) -> dict:
     """Autograde one notebook with nbgrader in a scratch course; return the score dict."""
     path = pathlib.Path(path).resolve()
@@ -92,10 +118,8 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
     if not source_nb.exists():
         raise FileNotFoundError(f"{source_nb} is missing: run `mlbook build` first")
     with tempfile.TemporaryDirectory() as tmp:
-        course = pathlib.Path(tmp)
-        shutil.copy(COURSE / "nbgrader_config.py", course)
-        shutil.copytree(source_nb.parent, course / "source" / assignment)
-        run_nbgrader(["generate_assignment", assignment, "--force"], course)
+        course = pathlib.Path(tmp) / "course"
+        shutil.copytree(_prepared_course(assignment, source_nb), course)
         target = course / "submitted" / "student" / assignment / source_nb.name
         target.parent.mkdir(parents=True)
         shutil.copy(path, target)

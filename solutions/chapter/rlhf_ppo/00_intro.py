@@ -32,6 +32,7 @@
 # %%
 import copy
 import math
+import os
 import time
 
 import matplotlib.pyplot as plt
@@ -43,6 +44,7 @@ from mlbook.plotting import plot_training_curves
 from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, VOCAB, TinyCausalLM, decode, good_count_reward, make_prompts
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
+AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
 

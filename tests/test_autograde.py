@@ -161,3 +161,16 @@ def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path):
     run = subprocess.run([sys.executable, "-m", "mlbook.cli", "grade", str(bad), "--json"], capture_output=True, text=True)
     result = json.loads(run.stdout)
     assert run.returncode == 0 and result["score"] == 0 and result["max_score"] >= 10 and "JSON" in result["error"]
+
+
+def test_a_cell_that_never_returns_times_out_and_costs_only_its_points(tmp_path):
+    looping = tmp_path / "looping.ipynb"
+    looping.write_text(_solved_with({"value_loss": "while True:\n    pass"}))
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbook.cli", "grade", str(looping), "--json", "--timeout", "20"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    grades = json.loads(run.stdout)["grades"]
+    assert grades[cat.VALUE]["score"] == 0  # value_loss never got defined
+    for name in (cat.SHAPED, cat.GAE, cat.CLIP, cat.KL):
+        assert grades[name]["score"] == grades[name]["max_score"], name

@@ -141,7 +141,10 @@ def test_feedback_and_grades_csv(course):
         assert leak not in html, leak
     run_nbgrader(["export", "--to", str(course / "grades.csv")], course)
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
-    assert float(rows["alice"]["score"]) > float(rows["bob"]["score"])
+    alice = read_scores(course / "gradebook.db", NB, "alice")
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == alice["max_score"]  # core only
+    assert float(rows["alice"]["extra_credit"]) == alice["extra_credit"]["score"]
+    assert float(rows["bob"]["score"]) == 0 and float(rows["dave"]["score"]) == 0
 
 
 def test_mlbook_grade_json_on_the_release(tmp_path):

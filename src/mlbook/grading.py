@@ -9,6 +9,7 @@ reported apart from the core score.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import pathlib
@@ -18,6 +19,7 @@ import sys
 import tempfile
 
 from nbconvert.preprocessors import Preprocessor
+from nbgrader.plugins import ExportPlugin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COURSE = ROOT / "autograde"
@@ -64,19 +66,15 @@ def run_nbgrader(args: list[str], cwd: pathlib.Path, check: bool = True) -> subp
     return run
 
 
-def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
-    """Scores of one submission from an nbgrader gradebook, as the JSON that ``mlbook grade`` prints."""
-    from nbgrader.api import Gradebook
-
+def submission_scores(submission) -> dict:
+    """Per-cell scores of one nbgrader ``SubmittedAssignment``, core and extra credit summed apart."""
     grades: dict[str, dict[str, float]] = {}
-    with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
-        submission = gb.find_submission(assignment, student)
-        for nb in submission.notebooks:
-            for grade in nb.grades:
-                score = grade.score if grade.score is not None else 0.0
-                grades[grade.name] = {"score": float(score), "max_score": float(grade.max_score)}
-                if grade.needs_manual_grade and grade.cell_type == "code":
-                    grades[grade.name]["needs_manual_grade"] = True
+    for nb in submission.notebooks:
+        for grade in nb.grades:
+            score = grade.score if grade.score is not None else 0.0
+            grades[grade.name] = {"score": float(score), "max_score": float(grade.max_score)}
+            if grade.needs_manual_grade and grade.cell_type == "code":
+                grades[grade.name]["needs_manual_grade"] = True
     core = {k: v for k, v in grades.items() if not k.startswith(EXTRA_PREFIX)}
     extra = {k: v for k, v in grades.items() if k.startswith(EXTRA_PREFIX)}
 
@@ -84,6 +82,47 @@ def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
         return {"score": sum(g["score"] for g in part.values()), "max_score": sum(g["max_score"] for g in part.values())}
 
     return {**total(core), "grades": grades, "extra_credit": total(extra)}
+
+
+def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
+    """Scores of one submission from an nbgrader gradebook, as the JSON that ``mlbook grade`` prints."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
+        return submission_scores(gb.find_submission(assignment, student))
+
+
+class CoreExtraCsvExport(ExportPlugin):
+    """``nbgrader export``: one row per student and assignment, core points and extra credit apart.
+
+    nbgrader's own CSV adds the optional ``ex*`` cells into ``max_score``, which would penalise a
+    student who skips the extra credit; here ``score``/``max_score`` are the core points only.
+    """
+
+    def export(self, gradebook) -> None:
+        from nbgrader.api import MissingEntry
+
+        keys = ["assignment", "student_id", "last_name", "first_name", "score", "max_score", "extra_credit",
+                "extra_credit_max", "needs_manual_grade"]  # fmt: skip
+        with open(self.to or "grades.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer.writeheader()
+            for assignment in gradebook.assignments:
+                for student in gradebook.students:
+                    row = dict(assignment=assignment.name, student_id=student.id, last_name=student.last_name or "",
+                               first_name=student.first_name or "")  # fmt: skip
+                    try:
+                        sub = gradebook.find_submission(assignment.name, student.id)
+                    except MissingEntry:  # no submission: zero, like nbgrader's own export
+                        sub = None
+                    if sub is None:
+                        scores = {"score": 0.0, "max_score": None, "extra_credit": {"score": 0.0, "max_score": None}}
+                        manual = False
+                    else:
+                        scores, manual = submission_scores(sub), bool(sub.needs_manual_grade)
+                    row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
+                               extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
+                    writer.writerow(row)
 
 
 def _prepared_course(assignment: str, source_nb: pathlib.Path) -> pathlib.Path:

@@ -413,15 +413,15 @@ def ppo_clip_loss(
 # Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
 # already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ff62b2cce9d02fa739ab263d7cb862c6", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
 loss.backward()
-print(f"loss at ratio 1 = {float(loss):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
-assert abs(float(loss) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
+print(f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
 pushed = (logp_old + torch.tensor([[0.5, 0.0, 0.0, 0.0]])).requires_grad_(True)  # ratio e^0.5 = 1.65 on a token with A > 0
 loss, frac = ppo_clip_loss(pushed, logp_old, adv, m, 0.2)
 loss.backward()
@@ -520,7 +520,7 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b137eb9084ee1b0502a5d1bc85ce0dd4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1a957bca45e7ddc23844bba686787a65", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -632,7 +632,7 @@ def ppo_update(
             break
         policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
-        v_loss = value_loss(values, roll["values_old"], returns, m)
+        v_loss = value_loss(values, roll["values_old"], returns, m, clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
         loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
         if extra_loss is not None:
@@ -761,13 +761,14 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d989a39b9ea309802bdc53b888441c02", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "114645a257d1fa247b7d7f0db749aaeb", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
+best = max(range(len(history)), key=lambda i: history[i].reward)
 print(
-    f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
-    f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+    f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
+    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
 )
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
@@ -777,21 +778,24 @@ samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["to
 for row in samples:
     print(decode(row))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bb768ed12393c1ad3dd0f7dd0b7d0264", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2d1cdf044243a2e48216be63b6e3a2d4", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
 # and overshoots the target, because the controller may change $\beta$ only a little per step (the
-# cell above prints by how much); $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
-# hit the clip during its epochs. The samples are what the KL fee buys: the policy says `good`
-# far more often than the reference would, but it has not collapsed onto a single string.
+# cell above prints by how much). $\beta$ then rises and pulls the KL back toward the target, and
+# the reward gives back part of its peak: that is the KL budget binding, exactly what the penalty is
+# for. The clip fraction is measured at the start of each step's last epoch, after the earlier
+# epochs' steps: the share of response tokens those steps had already pushed out of the band. The
+# samples are what the KL fee buys: the policy says `good` far more often than the reference would,
+# but it has not collapsed onto a single string.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1543d893b5f088db46f75d62e320e893", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "57a4c92db2254760b9e2db4e3ce542f9", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
 #
-# On the toy, §3's loop takes about a second. At production scale the same loop is limited by two
+# On the toy, §3's loop takes a few seconds (its cell prints the time; about 0.1 s per step). At production scale the same loop is limited by two
 # budgets that the algorithm description hides: **memory**, because one PPO step keeps four
 # networks resident, and **wall-clock**, because every step starts by sampling fresh responses one
 # token at a time. This section prices both, measures the split on the toy (with your own
@@ -931,14 +935,14 @@ for n_new in (8, 16, longest):
     print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7ae71743a93c04bbdc06f3db87c1eaf1", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "80c680d89c035ac8e18eafc3abd321c4", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # On the toy the update wins and generation is a minority share at 8 tokens, though its share
 # climbs quickly with response length. That is the **opposite** of a real run,
 # where most reports put 60-80 % of wall-clock into generation. The toy is not lying about PPO; it is
 # just in a different regime:
 #
-# - Its 27k-parameter model finishes a forward pass in microseconds, so every phase is dominated by
-#   Python and kernel-launch overhead, not by memory bandwidth. Generation's structural handicap,
+# - Its 27k-parameter model does a forward pass's arithmetic in microseconds; the millisecond or two a
+#   forward actually takes is Python and kernel-launch overhead, so every phase is dominated by that overhead, not by memory bandwidth. Generation's structural handicap,
 #   streaming billions of weight bytes per token, does not exist here.
 # - Responses are at most 8 tokens, so generation is 8 dependent steps, while the update runs
 #   four epochs of forward and backward passes through two networks plus Adam.
@@ -955,8 +959,8 @@ for n_new in (8, 16, longest):
 # which PPO's ratio can absorb **only if** $\log\pi_{\text{old}}$ is the log-probability under the
 # weights that actually sampled (§3's `sampler=` argument). A second, subtler gap: even with
 # identical weights, an inference engine's kernels do not reproduce the trainer's numbers exactly.
-# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer (so the first epoch starts
-# at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
+# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer *using the weights that sampled*
+# (in synchronous training the first epoch then starts at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
 # truncated importance weight (OpenRLHF's `enable_vllm_is_correction`). Llama 2's report describes
 # the other half of the problem: with FSDP, sampling was very slow until the full weights were
 # gathered onto each node once before generation and freed afterwards.
@@ -974,7 +978,7 @@ for n_new in (8, 16, longest):
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
 # | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
-# | Clip fraction and KL creep up with asynchronous rollouts | Off-policy drift: samples from stale weights, $\log\pi_{\text{old}}$ from the current ones | Ratio at the first epoch $\neq 1$ | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
+# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
 # | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
 # | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max|\log\pi_\theta - \log\pi_{\text{old}}|$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
@@ -1115,7 +1119,7 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
 # so pin the version you build on.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7840a14f76fc039c92afcd00f0891fbf", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b683ef8c5d840ce8c55258212b34a60a", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -1223,7 +1227,8 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # pipelining, generating step $k+1$ while training on step $k$. Pipelining makes the data one
 # update stale, which the ratio corrects only if $\log\pi_{\text{old}}$ is the log-probability under the
 # weights that sampled. Engines and trainers also disagree numerically at the same weights, so most
-# stacks recompute $\log\pi_{\text{old}}$ in the trainer (ratio exactly 1 at the start) and treat the residual
+# stacks recompute $\log\pi_{\text{old}}$ in the trainer *with the weights that sampled* (in synchronous training the
+# ratio is then exactly 1 at the start) and treat the residual
 # engine/trainer gap with a separate truncated importance weight.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
@@ -1415,7 +1420,7 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "02ba7bfcad1d332b8a2b7ead4bd22340", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5f296f8a10752e40d564fbf21fd672e7", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 3 ★★: what whitening does and does not change
 #
 # `ppo_update` whitens the advantages over the batch by default: it subtracts their mean and divides by
@@ -1423,9 +1428,9 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # unchanged, and name a situation where it does change where the update ends up. (b) Measure it: on one
 # rollout batch, run the same multi-epoch `ppo_update` with `whiten=True` and with `whiten=False`, starting
 # both from identical copies of the policy, critic and optimizer, and count after each epoch how many
-# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called once per
-# epoch with the policy; a function that counts and returns `torch.zeros(())` observes without changing
-# anything.)
+# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called at the start of
+# every epoch, before that epoch's step, with the policy; a function that counts and returns `torch.zeros(())`
+# observes without changing anything. Add one more count after `ppo_update` returns.)
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # YOUR CODE HERE

@@ -171,6 +171,12 @@ WRONG = {
         _clip(per_token="-ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages"),
     ),
     "clip_fraction_counts_padding": (CLIP, "ppo_clip_loss", _clip(frac="frac.mean()")),
+    "clip_fraction_upper_side_only": (
+        CLIP,
+        "ppo_clip_loss",
+        _clip(frac="((ratio > 1 + clip_eps).float() * response_mask).sum() / response_mask.sum()"),
+    ),
+    "gae_default_lambda_changed": (GAE, "gae", _gae().replace("lam=0.95", "lam=0.9")),
     "clip_mean_over_rows_then_tokens": (
         CLIP,
         "ppo_clip_loss",

@@ -192,6 +192,10 @@ def check_gae(gae):
                 "returns",
                 "returns must equal advantages + values on response tokens",
             )
+        # The defaults must be the chapter's gamma = 1, lambda = 0.95 (ppo_update relies on them).
+        adv_default, _ = _call_quiet(gae, rewards.clone(), values.clone(), mask.clone())
+        _close(_as_f64(adv_default, "advantages") * m, _brute_gae(rewards, values, mask, 1.0, 0.95), "advantages",
+               "gae's defaults must be gamma=1.0, lam=0.95")  # fmt: skip
         # gamma = lam = 1: advantages + values is the Monte-Carlo reward-to-go on every response token.
         adv, _ = _call_quiet(gae, rewards, values, mask, gamma=1.0, lam=1.0)
         to_go = torch.zeros(mask.shape, dtype=torch.float64)
@@ -263,6 +267,8 @@ def check_ppo_clip_loss(ppo_clip_loss):
         cases = [
             (1.0, 1.5, True),
             (-1.0, 0.5, True),
+            (1.0, 1.3, True),
+            (-1.0, 0.6, True),
             (1.0, 0.5, False),
             (-1.0, 1.5, False),
             (1.0, 1.1, False),
@@ -291,13 +297,15 @@ def check_ppo_clip_loss(ppo_clip_loss):
                     f"should be -A*r/N = {expected:.4f}, got {g:.4f} (moving the wrong way must never be clipped)",
                 )
         _expect(abs(float(grad[-1])) < 1e-12, "padding tokens must get no gradient")
-        # Two conventions are in use: ratio outside [1-eps, 1+eps] (4 of these 6 tokens), or the clipped term
-        # active, i.e. moved eps the way A wants (2 of 6, TRL's clipfrac). Both are accepted; padding never counts.
+        # Two conventions are in use: ratio outside [1-eps, 1+eps] (6 of these 8 tokens), or the clipped term
+        # active, i.e. the ratio moved eps the way A wants (4 of 8, TRL's clipfrac). Both are accepted; a one-sided
+        # count (3 of 8) is not, and padding never counts.
         frac = float(_as_f64(clip_frac, "clip_frac"))
         _expect(
-            min(abs(frac - 4 / 6), abs(frac - 2 / 6)) < 1e-6,
-            f"clip_frac must be the fraction of response tokens whose ratio "
-            f"is outside [1-eps, 1+eps] (padding excluded): expected {4 / 6:.4f}, got {frac:.4f}",
+            min(abs(frac - 6 / 8), abs(frac - 4 / 8)) < 1e-6,
+            f"clip_frac must be the fraction of response tokens whose ratio is outside [1-eps, 1+eps] ({6 / 8:.4f} here; "
+            f"counting only tokens clipped in the advantage's direction, {4 / 8:.4f}, is also accepted), got {frac:.4f}; "
+            "count both sides of the band and leave padding out",
         )
 
         # 4) Mask invariance: appending padding columns changes nothing.

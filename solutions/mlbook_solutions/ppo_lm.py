@@ -275,7 +275,7 @@ def ppo_update(
             break
         policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
-        v_loss = value_loss(values, roll["values_old"], returns, m)
+        v_loss = value_loss(values, roll["values_old"], returns, m, clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
         loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
         if extra_loss is not None:

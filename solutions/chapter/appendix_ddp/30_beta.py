@@ -1,8 +1,9 @@
 # %% [markdown]
 # ## Beta drifting apart
 #
-# Six training steps with sampling on two ranks, 32 prompts in all, and a KL target low enough
-# that the controller's correction is not clipped. First with the KL summed over ranks, then with
+# Six training steps with sampling on two ranks, 32 prompts in all, and a KL target (0.2) close to
+# the KL these steps reach, so that the controller's error sometimes falls inside its ±0.2 clip and
+# small differences between the ranks' KLs show up in beta. First with the KL summed over ranks, then with
 # each rank feeding its controller its own KL. The table shows beta on each rank after each step,
 # and whether the two ranks' parameter checksums agree.
 

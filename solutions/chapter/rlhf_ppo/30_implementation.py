@@ -89,8 +89,8 @@ m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
 loss.backward()
-print(f"loss at ratio 1 = {float(loss):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
-assert abs(float(loss) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
+print(f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
 pushed = (logp_old + torch.tensor([[0.5, 0.0, 0.0, 0.0]])).requires_grad_(True)  # ratio e^0.5 = 1.65 on a token with A > 0
 loss, frac = ppo_clip_loss(pushed, logp_old, adv, m, 0.2)
 loss.backward()
@@ -177,9 +177,10 @@ for i, h in enumerate(history, 1):
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
+best = max(range(len(history)), key=lambda i: history[i].reward)
 print(
-    f"reward {history[0].reward:.2f} -> {history[-1].reward:.2f}; KL peaks at {history[peak].kl:.2f} (step {peak + 1}, "
-    f"target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+    f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
+    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
 )
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
@@ -192,9 +193,12 @@ for row in samples:
 # %% [markdown]
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
 # and overshoots the target, because the controller may change $\beta$ only a little per step (the
-# cell above prints by how much); $\beta$ then rises and pulls the KL back. The clip fraction shows how much of each batch
-# hit the clip during its epochs. The samples are what the KL fee buys: the policy says `good`
-# far more often than the reference would, but it has not collapsed onto a single string.
+# cell above prints by how much). $\beta$ then rises and pulls the KL back toward the target, and
+# the reward gives back part of its peak: that is the KL budget binding, exactly what the penalty is
+# for. The clip fraction is measured at the start of each step's last epoch, after the earlier
+# epochs' steps: the share of response tokens those steps had already pushed out of the band. The
+# samples are what the KL fee buys: the policy says `good` far more often than the reference would,
+# but it has not collapsed onto a single string.
 
 # %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, TinyCritic)"
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep

@@ -1,7 +1,7 @@
 # %% [markdown]
 # ## 4. Systems view: memory, time, and what breaks
 #
-# On the toy, §3's loop takes about a second. At production scale the same loop is limited by two
+# On the toy, §3's loop takes a few seconds (its cell prints the time; about 0.1 s per step). At production scale the same loop is limited by two
 # budgets that the algorithm description hides: **memory**, because one PPO step keeps four
 # networks resident, and **wall-clock**, because every step starts by sampling fresh responses one
 # token at a time. This section prices both, measures the split on the toy (with your own
@@ -146,8 +146,8 @@ for n_new in (8, 16, longest):
 # where most reports put 60-80 % of wall-clock into generation. The toy is not lying about PPO; it is
 # just in a different regime:
 #
-# - Its 27k-parameter model finishes a forward pass in microseconds, so every phase is dominated by
-#   Python and kernel-launch overhead, not by memory bandwidth. Generation's structural handicap,
+# - Its 27k-parameter model does a forward pass's arithmetic in microseconds; the millisecond or two a
+#   forward actually takes is Python and kernel-launch overhead, so every phase is dominated by that overhead, not by memory bandwidth. Generation's structural handicap,
 #   streaming billions of weight bytes per token, does not exist here.
 # - Responses are at most 8 tokens, so generation is 8 dependent steps, while the update runs
 #   four epochs of forward and backward passes through two networks plus Adam.
@@ -164,8 +164,8 @@ for n_new in (8, 16, longest):
 # which PPO's ratio can absorb **only if** $\log\pi_{\text{old}}$ is the log-probability under the
 # weights that actually sampled (§3's `sampler=` argument). A second, subtler gap: even with
 # identical weights, an inference engine's kernels do not reproduce the trainer's numbers exactly.
-# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer (so the first epoch starts
-# at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
+# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer *using the weights that sampled*
+# (in synchronous training the first epoch then starts at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
 # truncated importance weight (OpenRLHF's `enable_vllm_is_correction`). Llama 2's report describes
 # the other half of the problem: with FSDP, sampling was very slow until the full weights were
 # gathered onto each node once before generation and freed afterwards.
@@ -183,7 +183,7 @@ for n_new in (8, 16, longest):
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
 # | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
-# | Clip fraction and KL creep up with asynchronous rollouts | Off-policy drift: samples from stale weights, $\log\pi_{\text{old}}$ from the current ones | Ratio at the first epoch $\neq 1$ | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
+# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
 # | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
 # | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max|\log\pi_\theta - \log\pi_{\text{old}}|$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |

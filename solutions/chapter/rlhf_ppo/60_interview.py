@@ -106,7 +106,8 @@
 # pipelining, generating step $k+1$ while training on step $k$. Pipelining makes the data one
 # update stale, which the ratio corrects only if $\log\pi_{\text{old}}$ is the log-probability under the
 # weights that sampled. Engines and trainers also disagree numerically at the same weights, so most
-# stacks recompute $\log\pi_{\text{old}}$ in the trainer (ratio exactly 1 at the start) and treat the residual
+# stacks recompute $\log\pi_{\text{old}}$ in the trainer *with the weights that sampled* (in synchronous training the
+# ratio is then exactly 1 at the start) and treat the residual
 # engine/trainer gap with a separate truncated importance weight.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at

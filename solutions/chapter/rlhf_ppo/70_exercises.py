@@ -120,9 +120,9 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # unchanged, and name a situation where it does change where the update ends up. (b) Measure it: on one
 # rollout batch, run the same multi-epoch `ppo_update` with `whiten=True` and with `whiten=False`, starting
 # both from identical copies of the policy, critic and optimizer, and count after each epoch how many
-# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called once per
-# epoch with the policy; a function that counts and returns `torch.zeros(())` observes without changing
-# anything.)
+# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called at the start of
+# every epoch, before that epoch's step, with the policy; a function that counts and returns `torch.zeros(())`
+# observes without changing anything. Add one more count after `ppo_update` returns.)
 
 # %% solution="ex3_demo"
 ### BEGIN SOLUTION
@@ -175,8 +175,9 @@ for ex3_seed in range(3):
 # 80 after five epochs). Seed 0 parts at once: its raw advantages were all positive (the untrained critic
 # underestimates every return), so without centering every sampled token is pushed up, and after one epoch
 # 49 tokens were outside the clip range against 24 with whitening. On seeds 1 and 2 the counts coincide for
-# the first two epochs and only then part: the scale is largely absorbed by Adam, and the difference builds
-# up as the epochs go on and tokens start to hit the clip.
+# the first two epochs and only then part. Equal counts do not mean equal updates (centering flips the sign
+# of many advantages, so the two arms move the weights differently from the first step); they mean that the
+# same tokens crossed the band first. The counts part as the epochs go on and more tokens reach the clip.
 
 # %% [markdown]
 # ### Exercise 4 ★★★: PPO-ptx

@@ -1,6 +1,6 @@
 """A tiny causal transformer over a readable vocabulary: the "language model" of the PPO chapter.
 
-Small enough that a full PPO run takes about a second on a laptop CPU, big enough to have the
+Small enough that a full PPO run takes a few seconds on a laptop CPU, big enough to have the
 parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it,
 and a per-token log-prob function whose alignment every PPO tensor follows:
 

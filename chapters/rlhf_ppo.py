@@ -65,7 +65,7 @@ torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add c
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "691fa1c2ba51301304e876377595debf", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b6995dae8fa6c4ec372c6c8f05e4aaaa", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import math
 from collections.abc import Callable
@@ -76,6 +76,7 @@ from mlbook.posttrain.masks import (
     Reduce,
     masked_mean,
     masked_whiten,
+    no_reduce,
     validate_has_response,
     validate_mask,
     validate_per_token,
@@ -520,7 +521,7 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1a957bca45e7ddc23844bba686787a65", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3ca8e7aa1d5cd6b8cebaa88150fb9719", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -608,7 +609,7 @@ def ppo_update(
     advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
     process on the whole batch. ``None`` means one process.
     """
-    reduce = reduce or (lambda x: x)
+    reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
     advantages, returns = gae(rewards, roll["values_old"], m)  # (B, T-1) each
@@ -664,7 +665,7 @@ class PPOStats:
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
+    total, count = (reduce or no_reduce)(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
     return float(total / count)
 
 
@@ -697,6 +698,7 @@ def train_ppo(
     samples each step with the policy as it was one update earlier (asynchronous rollouts).
     Extra keyword arguments go to :func:`ppo_update`.
     """
+    reduce = reduce or no_reduce
     for p in ref.parameters():
         p.requires_grad_(False)
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
@@ -716,8 +718,8 @@ def train_ppo(
         if previous is not None:
             previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
         upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
-        reward, length = (reduce or (lambda x: x))(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * (float(reduce(scores.new_ones(()))) if reduce else 1.0)
+        reward, length = reduce(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
+        n = len(scores) * float(reduce(scores.new_ones(())))  # sequences over all ranks
         history.append(
             PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
         )

@@ -9,7 +9,6 @@ The broken ones must cost only their own points; the run goes on.
 
 import csv
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -66,8 +65,7 @@ def course(tmp_path_factory):
         target = root / "submitted" / student / NB / f"{NB}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_text(text)
-    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", NB, "--force"], cwd=root, env=env, capture_output=True)
+    run_nbgrader(["autograde", NB, "--force"], root, check=False)  # fails overall (dave's file), grades the rest
     return root
 
 

@@ -23,6 +23,7 @@ from mlbook.posttrain.masks import (
     Reduce,
     masked_mean,
     masked_whiten,
+    no_reduce,
     validate_has_response,
     validate_mask,
     validate_per_token,
@@ -251,7 +252,7 @@ def ppo_update(
     advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
     process on the whole batch. ``None`` means one process.
     """
-    reduce = reduce or (lambda x: x)
+    reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
     advantages, returns = gae(rewards, roll["values_old"], m)  # (B, T-1) each
@@ -307,7 +308,7 @@ class PPOStats:
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or (lambda x: x))(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
+    total, count = (reduce or no_reduce)(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
     return float(total / count)
 
 
@@ -340,6 +341,7 @@ def train_ppo(
     samples each step with the policy as it was one update earlier (asynchronous rollouts).
     Extra keyword arguments go to :func:`ppo_update`.
     """
+    reduce = reduce or no_reduce
     for p in ref.parameters():
         p.requires_grad_(False)
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
@@ -359,8 +361,8 @@ def train_ppo(
         if previous is not None:
             previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
         upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
-        reward, length = (reduce or (lambda x: x))(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * (float(reduce(scores.new_ones(()))) if reduce else 1.0)
+        reward, length = reduce(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
+        n = len(scores) * float(reduce(scores.new_ones(())))  # sequences over all ranks
         history.append(
             PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
         )

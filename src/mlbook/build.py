@@ -223,14 +223,16 @@ def solved_notebook(source: nbformat.NotebookNode, keep_grading_metadata: bool =
     return nb
 
 
-def student_release(source_path: pathlib.Path, assignment: str) -> nbformat.NotebookNode:
-    """Run real ``nbgrader generate_assignment`` on a scratch copy of the course; return the release notebook."""
+def student_release(source_text: str, assignment: str) -> nbformat.NotebookNode:
+    """Run real ``nbgrader generate_assignment`` on a scratch course holding ``source_text``; return the release."""
     with tempfile.TemporaryDirectory() as tmp:
         course = pathlib.Path(tmp)
         shutil.copy(COURSE / "nbgrader_config.py", course)
-        shutil.copytree(source_path.parent, course / "source" / assignment)
+        source = course / "source" / assignment / f"{assignment}.ipynb"
+        source.parent.mkdir(parents=True)
+        source.write_text(source_text)
         run_nbgrader(["generate_assignment", assignment, "--force"], course)
-        return nbformat.read(course / "release" / assignment / source_path.name, as_version=4)
+        return nbformat.read(course / "release" / assignment / source.name, as_version=4)
 
 
 def _text(nb: nbformat.NotebookNode) -> str:
@@ -250,11 +252,7 @@ def render_all() -> dict[pathlib.Path, str]:
         src_path = COURSE / "source" / name / f"{name}.ipynb"
         out[src_path] = _text(source)
         out[ROOT / "solutions" / "notebooks" / f"{name}.ipynb"] = _text(solved_notebook(source))
-        with tempfile.TemporaryDirectory() as tmp:
-            staged = pathlib.Path(tmp) / name / f"{name}.ipynb"
-            staged.parent.mkdir()
-            staged.write_text(out[src_path])
-            release = student_release(staged, name)
+        release = student_release(out[src_path], name)
         release.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
         out[ROOT / "chapters" / f"{name}.ipynb"] = _text(release)
         out[ROOT / "chapters" / f"{name}.py"] = jupytext.writes(release, fmt="py:percent")

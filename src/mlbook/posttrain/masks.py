@@ -15,7 +15,8 @@ import torch
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over all ranks (identity in one process)
 
 
-def _no_reduce(x: torch.Tensor) -> torch.Tensor:
+def no_reduce(x: torch.Tensor) -> torch.Tensor:
+    """The ``reduce`` of a single process: nothing to sum over."""
     return x
 
 
@@ -28,7 +29,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = _no_reduce, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = no_reduce, eps: float = 1e-8) -> torch.Tensor:
     """``(x - mean) / std`` over masked positions; zero outside the mask.
 
     Uses the population variance of the masked entries. ``reduce`` sums its argument over ranks, so

@@ -13,10 +13,12 @@ OUT     := build
 
 env: $(STAMP)
 
-$(STAMP): requirements/lock.txt pyproject.toml
+# The three layers, editable: the student library (.), the reference solutions, the repo tooling.
+$(STAMP): requirements/lock.txt pyproject.toml solutions/pyproject.toml tools/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		-e . -e solutions -e tools
 	touch $(STAMP)
 
 train: env
@@ -47,11 +49,14 @@ test: lint
 bench: env
 	$(BIN)/python scripts/benchmark.py
 
-# Re-pin every package after changing a direct dependency (torch stays at the local CPU 2.13.0).
+# Re-pin every package from pyproject.toml (dependencies + the dev extra), the one list of them.
+# torch is installed first so that the local CPU build 2.13.0 is the one that satisfies the pin.
 lock:
 	rm -rf /tmp/mlbook-lock && $(PY) -m venv /tmp/mlbook-lock
-	/tmp/mlbook-lock/bin/pip install --quiet torch==2.13.0 jupyter nbgrader jupytext nbval pytest matplotlib ruff tqdm
-	{ head -2 requirements/lock.txt; /tmp/mlbook-lock/bin/pip freeze | grep -v -E '^(torch==|-e )'; echo torch==2.13.0; } > requirements/lock.new
+	/tmp/mlbook-lock/bin/pip install --quiet torch==2.13.0
+	/tmp/mlbook-lock/bin/pip install --quiet ".[dev]"
+	{ head -2 requirements/lock.txt; /tmp/mlbook-lock/bin/pip freeze | grep -v -E '^(torch==|-e |mlbook)'; \
+		echo torch==2.13.0; } > requirements/lock.new
 	mv requirements/lock.new requirements/lock.txt
 
 clean:

@@ -47,7 +47,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9244d315f678b25b048df1a614a97e32", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "851455f67681bec67b83a8d1bc609ea4", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import math
 import os
@@ -59,13 +59,23 @@ from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
 from mlbook.plotting import plot_training_curves
-from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, VOCAB, TinyCausalLM, decode, good_count_reward, make_prompts
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    GOOD_ID,
+    VOCAB,
+    TinyCausalLM,
+    TinyCritic,
+    build_models,
+    decode,
+    good_count_reward,
+    make_prompts,
+)  # fmt: skip
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b6995dae8fa6c4ec372c6c8f05e4aaaa", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bf30520ce0430619597ab8c3941e1e4a", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import math
 from collections.abc import Callable
@@ -82,7 +92,7 @@ from mlbook.posttrain.masks import (
     validate_per_token,
     validate_scores,
 )
-from mlbook.posttrain.toy_lm import TinyTransformer, ToyLMConfig, sample, token_log_probs
+from mlbook.posttrain.toy_lm import sample, token_log_probs
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a55460f3c90e697d4a38ee97b5fab9c0", "grade": false, "grade_id": "10_intuition-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1. Intuition: one response, followed through the reward
@@ -521,24 +531,12 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3ca8e7aa1d5cd6b8cebaa88150fb9719", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "360b4eb898fb9a84990e3137bd9f254b", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
     entropy = -(logp.exp() * logp).sum(dim=-1)  # (B, T-1)
     return masked_mean(entropy, response_mask)
-
-
-class TinyCritic(nn.Module):
-    """Value model: its own transformer trunk plus a scalar head. tokens (B, T) -> V(s_t) (B, T)."""
-
-    def __init__(self, cfg: ToyLMConfig) -> None:
-        super().__init__()
-        self.trunk = TinyTransformer(cfg)
-        self.head = nn.Linear(cfg.d_model, 1)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk(tokens)).squeeze(-1)  # (B, T) value of the prefix ending at t
 
 
 def collect_rollouts(
@@ -605,7 +603,7 @@ def ppo_update(
 
     ``approx_kl_stop``: skip the remaining epochs once ``E[r - 1 - log r]`` exceeds it.
     ``extra_loss``: a term added to every epoch's loss (PPO-ptx passes ``ptx_coef * sft_loss``).
-    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook.posttrain.ddp``). It makes the
+    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook_solutions.ddp``). It makes the
     advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
     process on the whole batch. ``None`` means one process.
     """
@@ -737,18 +735,8 @@ def train_ppo(
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "88a6028c369fab4bdd59ad2d63f000c9", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a4770ccbbeccee36fad2649b7df9b3e", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CHAPTER_RUN = dict(steps=40, max_new_tokens=8, beta=0.3, kl_target=3.0, horizon=10, lr=2e-3, ppo_epochs=4)
-
-
-def build_models(seed: int, batch: int = 64):
-    """Reference (frozen, near-uniform), policy (a copy of it), critic, prompts and a sampling generator."""
-    torch.manual_seed(seed)
-    cfg = ToyLMConfig()
-    ref = TinyCausalLM(cfg)
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    return policy, ref, critic, make_prompts(batch, gen), gen
 
 
 policy, ref, critic, prompts, gen = build_models(seed=0)

@@ -12,9 +12,8 @@ import statistics
 import time
 
 import nbformat
+from mlbook_tools.grading import grade_notebook
 from nbclient import NotebookClient
-
-from mlbook.grading import grade_notebook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
     python scripts/ddp_exit_repeat.py [--runs 20] [--nproc 2]
 
-Gloo + DDP can abort while the interpreter shuts down; ``mlbook.posttrain.ddp.worker`` calls
+Gloo + DDP can abort while the interpreter shuts down; ``mlbook_solutions.ddp.worker`` calls
 ``gc.collect()`` before ``destroy_process_group()`` to prevent it. torchrun (not the notebook's
 ``spawn`` helper, whose forked workers leave with ``os._exit``) exercises the real interpreter exit.
 """
@@ -27,7 +27,7 @@ def main() -> None:
         "--standalone",
         f"--nproc_per_node={args.nproc}",
         "-m",
-        "mlbook.posttrain.ddp",
+        "mlbook_solutions.ddp",
         "--steps",
         "2",
         "--batch",

@@ -26,7 +26,7 @@ def main() -> int:
     for seed in range(args.seeds):
         t0 = time.perf_counter()
         try:
-            ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.TinyCritic, seed=seed)
+            ppo_checks.check_train_ppo(ppo_lm.train_ppo, seed=seed)
             verdict = "pass"
             passed += 1
         except AssertionError as err:

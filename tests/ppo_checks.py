@@ -12,7 +12,6 @@ comparison, so an object whose ``__eq__`` always returns True cannot pass.
 Failure messages speak the chapter's language, because the student reads them in the feedback.
 """
 
-import copy
 import math
 import warnings
 
@@ -406,16 +405,11 @@ def check_kl_controller(AdaptiveKLController):
         _expect(gaps[-1] < 0.01 and gaps[-1] < gaps[0], f"starting from beta={beta0} the KL should converge to the target")
 
 
-def check_train_ppo(train_ppo, TinyCritic, seed=0):
+def check_train_ppo(train_ppo, seed=0):
     """test_train_ppo_increases_reward_with_bounded_kl: the whole loop on the toy LM, reward = number of 'good' tokens."""
-    from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, good_count_reward, make_prompts
+    from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
 
-    torch.manual_seed(seed)
-    cfg = ToyLMConfig()
-    ref = TinyCausalLM(cfg)  # small init: near-uniform next-token distribution
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    g = torch.Generator().manual_seed(seed)
-    prompts = make_prompts(64, g)
+    policy, ref, critic, prompts, g = build_models(seed)  # ref: near-uniform next-token distribution
     history = _call_quiet(
         train_ppo,
         policy,

@@ -17,8 +17,7 @@ import sys
 import grading_catalog as cat
 import nbformat
 import pytest
-
-from mlbook.grading import read_scores, run_nbgrader
+from mlbook_tools.grading import read_scores, run_nbgrader
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NB = "rlhf_ppo"
@@ -147,7 +146,7 @@ def test_feedback_and_grades_csv(course):
 
 def test_mlbook_grade_json_on_the_release(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "mlbook.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb"), "--json"],
+        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb"), "--json"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     result = json.loads(run.stdout)
@@ -159,7 +158,7 @@ def test_mlbook_grade_json_on_the_release(tmp_path):
 def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path):
     bad = tmp_path / "submission.ipynb"
     bad.write_text("this is not a notebook {")
-    run = subprocess.run([sys.executable, "-m", "mlbook.cli", "grade", str(bad), "--json"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "mlbook_tools.cli", "grade", str(bad), "--json"], capture_output=True, text=True)
     result = json.loads(run.stdout)
     assert run.returncode == 0 and result["score"] == 0 and result["max_score"] >= 10 and "JSON" in result["error"]
 
@@ -168,7 +167,7 @@ def test_a_cell_that_never_returns_times_out_and_costs_only_its_points(tmp_path)
     looping = tmp_path / "looping.ipynb"
     looping.write_text(_solved_with({"value_loss": "while True:\n    pass"}))
     run = subprocess.run(
-        [sys.executable, "-m", "mlbook.cli", "grade", str(looping), "--json", "--timeout", "20"],
+        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(looping), "--json", "--timeout", "20"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     grades = json.loads(run.stdout)["grades"]

@@ -1,6 +1,6 @@
 """Two gloo ranks under DistributedDataParallel reproduce one process on the whole batch.
 
-Two fixtures each start 2 CPU processes with ``mlbook.posttrain.ddp.spawn`` (the first start in a
+Two fixtures each start 2 CPU processes with ``mlbook_solutions.ddp.spawn`` (the first start in a
 session pays torch's imports, a few seconds; later ones about a second).
 """
 
@@ -8,8 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-
-from mlbook.posttrain import ddp
+from mlbook_solutions import ddp
 
 SEED, BATCH, EPOCHS = 0, 8, 3
 
@@ -42,7 +41,7 @@ def test_two_ranks_update_equals_one_process_on_whole_batch(cfg, updates):
     assert exact["per_rank"][0]["checksum"] == exact["per_rank"][1]["checksum"]
     reference = ddp.reference_update(cfg)
     with ddp.default_dtype(torch.float64):
-        policy, _, critic = ddp.build_models(SEED)
+        policy, _, critic, _, _ = ddp.build_models(SEED)
     assert (reference - ddp.flat_params(policy, critic)).abs().max() > 1e-4, "the update should move the parameters"
     diff = (exact["params"] - reference).abs().max()
     assert diff <= 1e-6, f"2 ranks differ from 1 process by {diff:.3e}"

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mlbook_solutions.ppo_lm import TinyCritic, ppo_update  # noqa: E402
+from mlbook_solutions.ppo_lm import ppo_update  # noqa: E402
 
 from mlbook.figures import CLIPPED_LABEL, PIPELINE_BOXES, draw_pipeline, plot_clip_objective  # noqa: E402
 from mlbook.posttrain.systems import (  # noqa: E402
@@ -21,7 +21,14 @@ from mlbook.posttrain.systems import (  # noqa: E402
     rlhf_over_pretraining,
     time_ppo_step,
 )
-from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, good_count_reward, make_prompts  # noqa: E402
+from mlbook.posttrain.toy_lm import (  # noqa: E402
+    END_ID,
+    TinyCausalLM,
+    TinyCritic,
+    ToyLMConfig,
+    good_count_reward,
+    make_prompts,
+)  # fmt: skip
 
 # ------------------------------------------------------------------------------------- memory table
 

@@ -33,14 +33,15 @@ from mlbook.posttrain.toy_lm import (
     DemoBatch,
     TinyCausalLM,
     ToyLMConfig,
+    build_models,
     demonstration_batch,
     good_count_reward,
     make_prompts,
     sft_loss,
     token_log_probs,
 )
-from mlbook_solutions.ppo_lm import TinyCritic, collect_rollouts, gae, ppo_update, shaped_rewards, train_ppo
-from mlbook_solutions.run_toy import CHAPTER_RUN, build_models
+from mlbook_solutions.ppo_lm import collect_rollouts, gae, ppo_update, shaped_rewards, train_ppo
+from mlbook_solutions.run_toy import CHAPTER_RUN
 
 RESULTS_PATH = pathlib.Path(__file__).with_name("exercise_results.json")
 
@@ -188,7 +189,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
 
 
 def sft_models(seed: int, batch: int, sft_steps: int = PTX["sft_steps"], lr: float = PTX["sft_lr"]):
-    """Like ``run_toy.build_models`` but the reference is first fine-tuned on the demonstrations.
+    """Like :func:`mlbook.posttrain.toy_lm.build_models` but the reference is first fine-tuned on the demonstrations.
 
     PPO-ptx only makes sense from a model that already fits the demonstrations (InstructGPT starts
     PPO from the SFT model): from the untrained toy LM the ptx term would simply keep teaching the
@@ -196,19 +197,17 @@ def sft_models(seed: int, batch: int, sft_steps: int = PTX["sft_steps"], lr: flo
     the loss to about 0.22 nats/token, close to the floor set by the demos' genuine ambiguity
     (``the``/``a`` first, then ``cat``/``dog``: 8 coin flips over 26 tokens, 0.21 nats/token).
     """
-    torch.manual_seed(seed)
-    cfg = ToyLMConfig()
-    ref = TinyCausalLM(cfg)
+    _, ref, critic, prompts, gen = build_models(seed, batch)
     demos = demonstration_batch()
+    ref.requires_grad_(True)
     opt = torch.optim.Adam(ref.parameters(), lr=lr)
     for _ in range(sft_steps):
         loss = sft_loss(ref(demos.input_ids), demos.labels)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    return policy, ref, critic, make_prompts(batch, gen), gen
+    ref.requires_grad_(False)
+    return copy.deepcopy(ref).requires_grad_(True), ref, critic, prompts, gen
 
 
 def demonstration_floor(batch: DemoBatch | None = None) -> float:

@@ -29,7 +29,7 @@ from mlbook.posttrain.masks import (
     validate_per_token,
     validate_scores,
 )
-from mlbook.posttrain.toy_lm import TinyTransformer, ToyLMConfig, sample, token_log_probs
+from mlbook.posttrain.toy_lm import sample, token_log_probs
 
 
 def last_response_index(response_mask: torch.Tensor) -> torch.Tensor:
@@ -172,18 +172,6 @@ def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.T
     return masked_mean(entropy, response_mask)
 
 
-class TinyCritic(nn.Module):
-    """Value model: its own transformer trunk plus a scalar head. tokens (B, T) -> V(s_t) (B, T)."""
-
-    def __init__(self, cfg: ToyLMConfig) -> None:
-        super().__init__()
-        self.trunk = TinyTransformer(cfg)
-        self.head = nn.Linear(cfg.d_model, 1)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk(tokens)).squeeze(-1)  # (B, T) value of the prefix ending at t
-
-
 def collect_rollouts(
     policy: nn.Module,  # the model being trained
     ref: nn.Module,  # frozen KL anchor
@@ -248,7 +236,7 @@ def ppo_update(
 
     ``approx_kl_stop``: skip the remaining epochs once ``E[r - 1 - log r]`` exceeds it.
     ``extra_loss``: a term added to every epoch's loss (PPO-ptx passes ``ptx_coef * sft_loss``).
-    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook.posttrain.ddp``). It makes the
+    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook_solutions.ddp``). It makes the
     advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
     process on the whole batch. ``None`` means one process.
     """

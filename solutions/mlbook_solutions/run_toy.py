@@ -9,7 +9,6 @@ toy LM; an adaptive KL controller steers beta toward ``--kl-target``.
 from __future__ import annotations
 
 import argparse
-import copy
 import pathlib
 import time
 
@@ -17,21 +16,11 @@ import matplotlib
 import torch
 
 from mlbook.plotting import plot_training_curves
-from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, decode, good_count_reward, make_prompts
-from mlbook_solutions.ppo_lm import TinyCritic, collect_rollouts, train_ppo
+from mlbook.posttrain.toy_lm import END_ID, build_models, decode, good_count_reward
+from mlbook_solutions.ppo_lm import collect_rollouts, train_ppo
 
 # The chapter's training run; the notebook's §3 uses the same settings.
 CHAPTER_RUN = dict(steps=40, max_new_tokens=8, beta=0.3, kl_target=3.0, horizon=10, lr=2e-3, ppo_epochs=4)
-
-
-def build_models(seed: int, batch: int = 64):
-    """Reference (frozen, near-uniform), policy (a copy of it), critic, prompts and a sampling generator."""
-    torch.manual_seed(seed)
-    cfg = ToyLMConfig()
-    ref = TinyCausalLM(cfg)
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    return policy, ref, critic, make_prompts(batch, gen), gen
 
 
 def main() -> None:

@@ -15,11 +15,11 @@
 # there is nothing to synchronise for them. Generation is a series of no-grad forwards; it uses
 # the bare policy (`ddp_policy.module`), since there is no gradient to reduce.
 #
-# **Launching.** The worker is the module `mlbook.posttrain.ddp`. On one machine with two GPUs, or
+# **Launching.** The worker is the module `mlbook_solutions.ddp`. On one machine with two GPUs, or
 # two CPU processes as here:
 #
 # ```bash
-# torchrun --standalone --nproc_per_node=2 -m mlbook.posttrain.ddp --steps 5 --batch 64
+# torchrun --standalone --nproc_per_node=2 -m mlbook_solutions.ddp --steps 5 --batch 64
 # ```
 #
 # On two machines with eight GPUs each, start the same command on both; they find each other
@@ -28,7 +28,7 @@
 # ```bash
 # torchrun --nnodes=2 --nproc_per_node=8 \
 #          --rdzv-backend=c10d --rdzv-endpoint=node0.example.org:29400 --rdzv-id=ppo-appendix \
-#          -m mlbook.posttrain.ddp --steps 100 --batch 1024
+#          -m mlbook_solutions.ddp --steps 100 --batch 1024
 # ```
 #
 # The torchrun agent of each node connects to a small key-value store (c10d) at the endpoint.

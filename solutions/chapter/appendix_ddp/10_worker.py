@@ -9,11 +9,11 @@ from collections import defaultdict  # noqa: F401 (this import and the next ones
 
 import torch
 import torch.distributed as dist  # noqa: F401
+from mlbook_solutions import ddp
+from mlbook_solutions.ddp import SAMPLING_SEED_STRIDE, RunConfig, Timed, build_models, checksum, flat_params  # noqa: F401
 from mlbook_solutions.ppo_lm import AdaptiveKLController, collect_rollouts, gae, ppo_update, sequence_kl, shaped_rewards  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: F401
 
-from mlbook.posttrain import ddp
-from mlbook.posttrain.ddp import SAMPLING_SEED_STRIDE, RunConfig, Timed, build_models, checksum, flat_params  # noqa: F401
 from mlbook.posttrain.masks import Reduce, masked_whiten  # noqa: F401
 from mlbook.posttrain.toy_lm import END_ID, good_count_reward, make_prompts, sample  # noqa: F401
 
@@ -25,11 +25,11 @@ torch.set_num_threads(1)
 # ranks. `make_reduce()` is what `ppo_update(..., reduce=)` and `sequence_kl(..., reduce=)` take;
 # with `reduce=None` they behave as in one process.
 
-# %% include="mlbook.posttrain.ddp:init,make_reduce"
+# %% include="mlbook_solutions.ddp:init,make_reduce"
 
 # %% [markdown]
 # One rank's training loop. It is `train_ppo` from the chapter, unrolled so that it can wrap the
 # models in DDP, time each phase, and record a checksum of the parameters and the value of beta on
 # every rank after every step.
 
-# %% include="mlbook.posttrain.ddp:train"
+# %% include="mlbook_solutions.ddp:train"

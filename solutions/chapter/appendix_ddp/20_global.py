@@ -69,7 +69,8 @@ exact, naive = ddp.spawn([cfg_eq, dataclasses.replace(cfg_eq, local_whiten=True)
 reference = ddp.reference_update(cfg_eq)
 print("token tensor per rank:", [r["tokens"] for r in exact["per_rank"]])
 with ddp.default_dtype(torch.float64):
-    start = ddp.flat_params(*ddp.build_models(0)[::2])  # policy and critic before the update
+    initial = ddp.build_models(0)
+start = ddp.flat_params(initial.policy, initial.critic)  # before the update
 print(f"parameters moved by the update (max abs): {(reference - start).abs().max():.2e}")
 print(f"2 ranks, global statistics   vs 1 process: max abs diff {(exact['params'] - reference).abs().max():.2e}")
 print(f"2 ranks, per-rank statistics vs 1 process: max abs diff {(naive['params'] - reference).abs().max():.2e}")

@@ -27,7 +27,7 @@ one, two = (timed[k]["steps"][1:] for k in timed)
 gen_ratio = sum(s["generation_s"] for s in two) / sum(s["generation_s"] for s in one)
 print(f"speed-up of 2 ranks over 1 rank: {step_time['1 rank, 1 thread'] / step_time['2 ranks, 1 thread each']:.2f}x")
 print(f"CPU cores: {os.cpu_count()}, load average over the last minute: {os.getloadavg()[0]:.1f}")
-policy0, gen0 = ddp.build_models(0)[0], torch.Generator().manual_seed(0)
+policy0, gen0 = ddp.build_models(0).policy, torch.Generator().manual_seed(0)
 alone = {64: [], 32: []}
 for _ in range(10):
     for n in alone:
@@ -58,7 +58,7 @@ print(f"generation time, 2 ranks / 1 rank:                 {gen_ratio:.2f}")
 # model size and the network, and once the weights and optimizer state no longer fit on one GPU,
 # sharded data parallelism (FSDP, ZeRO) takes over from plain DDP.
 #
-# The command-line route, `torchrun ... -m mlbook.posttrain.ddp`, runs the same `worker`;
+# The command-line route, `torchrun ... -m mlbook_solutions.ddp`, runs the same `worker`;
 # `scripts/ddp_exit_repeat.py` starts it repeatedly and counts the runs that fail.
 
 # %%

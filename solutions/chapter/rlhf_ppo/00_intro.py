@@ -41,7 +41,17 @@ from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
 from mlbook.plotting import plot_training_curves
-from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, VOCAB, TinyCausalLM, decode, good_count_reward, make_prompts
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    GOOD_ID,
+    VOCAB,
+    TinyCausalLM,
+    TinyCritic,
+    build_models,
+    decode,
+    good_count_reward,
+    make_prompts,
+)  # fmt: skip
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades

@@ -151,7 +151,7 @@ print("✓ AdaptiveKLController.update")
 # `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
 # epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% include="mlbook_solutions.ppo_lm:masked_entropy,TinyCritic,collect_rollouts,UpdateStats,ppo_update,PPOStats,sequence_kl,train_ppo"
+# %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,UpdateStats,ppo_update,PPOStats,sequence_kl,train_ppo"
 
 # %% [markdown]
 # ### 3.6 Training the toy model
@@ -160,7 +160,7 @@ print("✓ AdaptiveKLController.update")
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% include="mlbook_solutions.run_toy:CHAPTER_RUN,build_models"
+# %% include="mlbook_solutions.run_toy:CHAPTER_RUN"
 policy, ref, critic, prompts, gen = build_models(seed=0)
 run_settings = {**CHAPTER_RUN, "steps": 15} if AUTOGRADING else CHAPTER_RUN  # shorter while a class is graded
 print("settings:", run_settings)
@@ -200,6 +200,6 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 
-# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, TinyCritic)"
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo)"
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

@@ -15,6 +15,7 @@ sampled. Padding uses its own id, never the end id (a shared pad/end id masks ou
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -118,6 +119,18 @@ class TinyCausalLM(nn.Module):
         return self.lm_head(self.hidden_states(tokens))  # (B, T, V)
 
 
+class TinyCritic(nn.Module):
+    """Value model: its own transformer trunk plus a scalar head. tokens (B, T) -> V(s_t) (B, T)."""
+
+    def __init__(self, cfg: ToyLMConfig) -> None:
+        super().__init__()
+        self.trunk = TinyTransformer(cfg)
+        self.head = nn.Linear(cfg.d_model, 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(tokens)).squeeze(-1)  # (B, T) value of the prefix ending at t
+
+
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Log-prob of each next token: (B, T, V), (B, T) -> (B, T-1); index t scores tokens[:, t+1]."""
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
@@ -176,6 +189,31 @@ def make_prompts(n: int, generator: torch.Generator | None = None) -> torch.Tens
     words = torch.tensor([VOCAB.index(w) for w in ("the", "a", "cat", "dog", "mat")])
     pick = torch.randint(len(words), (n,), generator=generator)
     return torch.stack([torch.full((n,), BOS_ID), words[pick]], dim=1)
+
+
+class ToySetup(NamedTuple):
+    """What :func:`build_models` returns: the chapter's starting point."""
+
+    policy: TinyCausalLM  # trained; starts as an exact copy of ref
+    ref: TinyCausalLM  # frozen KL anchor (requires_grad off)
+    critic: TinyCritic  # trained value model
+    prompts: torch.Tensor  # (batch, 2) long
+    generator: torch.Generator  # CPU generator, seeded, already used to draw the prompts
+
+
+def build_models(seed: int = 0, batch: int = 64, cfg: ToyLMConfig | None = None, device="cpu") -> ToySetup:
+    """The models and prompts of one run, all from ``seed`` (identical on every DDP rank).
+
+    The reference is the untrained, near-uniform toy LM; the policy is a copy of it; the critic
+    has its own trunk. The generator that drew the prompts is returned for sampling.
+    """
+    torch.manual_seed(seed)
+    cfg = cfg or ToyLMConfig()
+    ref = TinyCausalLM(cfg).to(device)
+    policy, critic = copy.deepcopy(ref), TinyCritic(cfg).to(device)
+    ref.requires_grad_(False)
+    gen = torch.Generator().manual_seed(seed)
+    return ToySetup(policy, ref, critic, make_prompts(batch, gen).to(device), gen)
 
 
 def good_count_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

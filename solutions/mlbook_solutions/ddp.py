@@ -1,8 +1,8 @@
 """PPO-RLHF on several processes with DistributedDataParallel, equal to one process on the whole batch.
 
-    torchrun --standalone --nproc_per_node=2 -m mlbook.posttrain.ddp --steps 5 --batch 64   # one machine
+    torchrun --standalone --nproc_per_node=2 -m mlbook_solutions.ddp --steps 5 --batch 64   # one machine
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-id=ppo \\
-             --rdzv-endpoint=node0:29400 -m mlbook.posttrain.ddp --batch 1024              # on both nodes
+             --rdzv-endpoint=node0:29400 -m mlbook_solutions.ddp --batch 1024              # on both nodes
     spawn(RunConfig(steps=5), world_size=2)                                                 # from a notebook
 
 Every rank holds the whole policy and critic (wrapped in DDP, which averages their gradients) and
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import gc
 import os
 import socket
@@ -34,11 +33,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
-from mlbook_solutions.ppo_lm import AdaptiveKLController, TinyCritic, collect_rollouts, ppo_update, sequence_kl
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlbook.posttrain.masks import Reduce
-from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, good_count_reward, make_prompts
+from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward, make_prompts
+from mlbook_solutions.ppo_lm import AdaptiveKLController, collect_rollouts, ppo_update, sequence_kl
 
 ROLL_KEYS = ("tokens", "mask", "logp_old", "logp_ref", "values_old")  # what a saved rollout batch holds, with scores
 SAMPLING_SEED_STRIDE = 100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
@@ -104,16 +103,6 @@ def make_reduce(device: torch.device | None = None) -> Reduce:
 # ---------------------------------------------------------------------------------- the models
 
 
-def build_models(seed: int, device: torch.device | str = "cpu") -> tuple[TinyCausalLM, TinyCausalLM, TinyCritic]:
-    """``(policy, ref, critic)`` from one seed, identical on every rank; the policy starts as a copy of ref."""
-    torch.manual_seed(seed)
-    cfg = ToyLMConfig()
-    ref = TinyCausalLM(cfg).to(device)
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg).to(device)
-    ref.requires_grad_(False)
-    return policy, ref, critic
-
-
 class Timed(nn.Module):
     """``inner``'s forward, adding its wall time to ``clock[name]`` (for the time split)."""
 
@@ -143,8 +132,8 @@ def flat_params(*modules: nn.Module) -> torch.Tensor:
 
 def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
     """``cfg.steps`` PPO steps on this rank's shard; returns rank-local stats, timings, checksums and betas."""
-    policy, ref, critic = build_models(cfg.seed, device)  # same seed on every rank
-    prompts = make_prompts(cfg.batch, torch.Generator().manual_seed(cfg.seed))[rank::world].to(device)  # (batch/world, 2)
+    policy, ref, critic, prompts, _ = build_models(cfg.seed, cfg.batch, device=device)  # same seed on every rank
+    prompts = prompts[rank::world]  # (batch/world, 2) this rank's shard
     gen = torch.Generator(device).manual_seed(cfg.seed + rank * SAMPLING_SEED_STRIDE)  # different samples per rank
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
     policy_ddp, critic_ddp = DDP(policy, **ddp_kw), DDP(critic, **ddp_kw)  # gradients averaged over ranks
@@ -202,7 +191,7 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     T = int(batch["mask"][rows].sum(0).nonzero().max()) + 2  # columns this rank's longest response needs
     roll = {k: batch[k][rows, : T if k == "tokens" else T - 1].to(device) for k in ROLL_KEYS}  # (b, T) and (b, T-1)
     roll["on_policy"] = torch.tensor(True)
-    policy, _, critic = build_models(cfg.seed, device)
+    policy, _, critic, _, _ = build_models(cfg.seed, device=device)
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
     policy_ddp, critic_ddp = DDP(policy, **ddp_kw), DDP(critic, **ddp_kw)
     opt = torch.optim.Adam([*policy_ddp.parameters(), *critic_ddp.parameters()], lr=cfg.lr)
@@ -230,7 +219,7 @@ def save_rollout_batch(path: str, seed: int = 0, batch: int = 8, beta: float = 0
     The scores are random: any score will do for checking that N ranks compute what one process does.
     """
     with default_dtype(torch.float64):
-        policy, ref, critic = build_models(seed)
+        policy, ref, critic, _, _ = build_models(seed)
         gen = torch.Generator().manual_seed(seed)
         roll = collect_rollouts(policy, ref, critic, make_prompts(batch, gen), 8, END_ID, gen)
         roll["mask"] = roll["mask"].double()
@@ -245,7 +234,7 @@ def reference_update(cfg: RunConfig) -> torch.Tensor:
     """The other side of the claim: plain ``ppo_update`` (no DDP, no reduce) on the whole saved batch."""
     with default_dtype(torch.float64 if cfg.float64 else torch.float32):
         batch = torch.load(cfg.rollout, weights_only=True)
-        policy, _, critic = build_models(cfg.seed)
+        policy, _, critic, _, _ = build_models(cfg.seed)
         opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
         roll = {**{k: batch[k] for k in ROLL_KEYS}, "on_policy": torch.tensor(True)}
         ppo_update(policy, critic, opt, roll, batch["scores"], float(batch["beta"]), ppo_epochs=cfg.ppo_epochs)
@@ -292,7 +281,7 @@ def spawn(cfg: RunConfig | list[RunConfig], world_size: int = 2) -> dict | list[
     cfgs = cfg if isinstance(cfg, list) else [cfg]
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     if method == "forkserver":
-        mp.get_context(method).set_forkserver_preload(["mlbook.posttrain.ddp", "torch._dynamo"])
+        mp.get_context(method).set_forkserver_preload(["mlbook_solutions.ddp", "torch._dynamo"])
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "rank0.pt")
         args = (world_size, cfgs, free_port(), path)

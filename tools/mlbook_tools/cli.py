@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.command == "build":
-        from mlbook.build import build
+        from mlbook_tools.build import build
 
         return build(check=args.check)
-    from mlbook.grading import grade_notebook
+    from mlbook_tools.grading import grade_notebook
 
     result = grade_notebook(args.path, args.assignment, args.timeout)
     if args.json:

@@ -21,8 +21,8 @@ import tempfile
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-COURSE = ROOT / "autograde"
+from mlbook_tools.config import layout
+
 CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
 EXTRA_PREFIX = "ex"
 
@@ -125,7 +125,7 @@ class CoreExtraCsvExport(ExportPlugin):
                     writer.writerow(row)
 
 
-def _prepared_course(assignment: str, source_nb: pathlib.Path) -> pathlib.Path:
+def _prepared_course(assignment: str, source_nb: pathlib.Path, course_dir: pathlib.Path) -> pathlib.Path:
     """A course folder with the assignment generated (gradebook filled), cached per source and config.
 
     ``generate_assignment`` costs about 9 s, so it runs once per version of the source notebook
@@ -133,14 +133,14 @@ def _prepared_course(assignment: str, source_nb: pathlib.Path) -> pathlib.Path:
     """
     from importlib.metadata import version
 
-    stamp = source_nb.read_bytes() + (COURSE / "nbgrader_config.py").read_bytes() + version("nbgrader").encode()
+    stamp = source_nb.read_bytes() + (course_dir / "nbgrader_config.py").read_bytes() + version("nbgrader").encode()
     key = hashlib.sha256(stamp).hexdigest()[:16]
     cache_root = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "mlbook" / "grade"
     cached = cache_root / f"{assignment}-{key}"
     if not (cached / "gradebook.db").exists():
         cache_root.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(dir=cache_root))
-        shutil.copy(COURSE / "nbgrader_config.py", staging)
+        shutil.copy(course_dir / "nbgrader_config.py", staging)
         shutil.copytree(source_nb.parent, staging / "source" / assignment)
         run_nbgrader(["generate_assignment", assignment, "--force"], staging)
         try:
@@ -150,15 +150,18 @@ def _prepared_course(assignment: str, source_nb: pathlib.Path) -> pathlib.Path:
     return cached
 
 
-def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None) -> dict:
-    """Autograde one notebook with nbgrader in a scratch course; return the score dict."""
+def grade_notebook(
+    path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None, course: pathlib.Path | None = None
+) -> dict:
+    """Autograde one notebook with nbgrader in a scratch copy of ``course`` (default: the configured one)."""
     path = pathlib.Path(path).resolve()
-    source_nb = COURSE / "source" / assignment / f"{assignment}.ipynb"
+    course_dir = pathlib.Path(course) if course else layout().course
+    source_nb = course_dir / "source" / assignment / f"{assignment}.ipynb"
     if not source_nb.exists():
         raise FileNotFoundError(f"{source_nb} is missing: run `mlbook build` first")
     with tempfile.TemporaryDirectory() as tmp:
         course = pathlib.Path(tmp) / "course"
-        shutil.copytree(_prepared_course(assignment, source_nb), course)
+        shutil.copytree(_prepared_course(assignment, source_nb, course_dir), course)
         target = course / "submitted" / "student" / assignment / source_nb.name
         target.parent.mkdir(parents=True)
         shutil.copy(path, target)

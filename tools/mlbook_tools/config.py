@@ -1,0 +1,57 @@
+"""Where the repository and the course are: read from ``[tool.mlbook]`` in ``pyproject.toml``.
+
+The repo tooling never locates files relative to its own installed location. The root is, in order:
+``$MLBOOK_ROOT``; else the nearest folder at or above the working directory whose ``pyproject.toml``
+has a ``[tool.mlbook]`` table. Every path in that table is relative to the root.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tomllib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: pathlib.Path
+    chapters_src: pathlib.Path  # fragment folders, one per notebook (solutions/chapter)
+    checks: pathlib.Path  # the graded checks (tests/ppo_checks.py)
+    course: pathlib.Path  # the nbgrader course folder (autograde)
+    release: pathlib.Path  # what students open (chapters)
+    solved: pathlib.Path  # solved notebooks (solutions/notebooks)
+    student_dist: pathlib.Path  # output folder of `mlbook student-dist`
+
+
+def _table(pyproject: pathlib.Path) -> dict | None:
+    try:
+        return tomllib.loads(pyproject.read_text()).get("tool", {}).get("mlbook")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def find_root(start: str | os.PathLike | None = None) -> pathlib.Path:
+    """The repository root (see the module docstring); a clear error if there is none."""
+    env = os.environ.get("MLBOOK_ROOT")
+    if env:
+        root = pathlib.Path(env).resolve()
+        if _table(root / "pyproject.toml") is None:
+            raise FileNotFoundError(f"MLBOOK_ROOT={env} has no pyproject.toml with a [tool.mlbook] table")
+        return root
+    here = pathlib.Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if _table(folder / "pyproject.toml") is not None:
+            return folder
+    raise FileNotFoundError(
+        f"no pyproject.toml with a [tool.mlbook] table at or above {here}: run from the repository or set MLBOOK_ROOT"
+    )
+
+
+def layout(start: str | os.PathLike | None = None) -> Layout:
+    root = find_root(start)
+    table = _table(root / "pyproject.toml") or {}
+    defaults = dict(chapters_src="solutions/chapter", checks="tests/ppo_checks.py", course="autograde",
+                    release="chapters", solved="solutions/notebooks", student_dist="build/student-dist")  # fmt: skip
+    paths = {key: root / table.get(key.replace("_", "-"), value) for key, value in defaults.items()}
+    return Layout(root=root, **paths)

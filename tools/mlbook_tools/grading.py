@@ -1,22 +1,24 @@
-"""Autograding with real nbgrader: one notebook outside a course, plus the feedback redaction.
+"""Grading on top of nbgrader: the sandboxed engine's verdicts, written where nbgrader expects them.
 
-``mlbook grade PATH.ipynb --json`` copies the course (``autograde/``) into a scratch folder,
-runs ``nbgrader generate_assignment`` (which fills the gradebook from the source notebook; cached
-per source version), places the notebook as a submission, runs ``nbgrader autograde`` and reads
-the scores back from the gradebook. Grade ids starting with ``ex`` are the optional extra-credit exercises; they are
-reported apart from the core score.
+nbgrader stays the course workflow (release, collect, gradebook, formgrader, feedback, export), but
+no hidden test runs inside a student's kernel any more. ``grade_submission`` plans the namespace
+from the SOURCE notebook's locked cells and the student's answer cells, builds it in a bubblewrap
+sandbox (``sandbox.py``, ``runner.py``) and computes every verdict in a trusted driver
+(``driver.py``). ``record`` writes the scores into the nbgrader gradebook through its API and an
+``autograded/<student>/<assignment>/<nb>.ipynb`` (locked cells restored, hidden tests removed, the
+verdict messages as the test cells' outputs), so ``nbgrader generate_feedback``, ``nbgrader
+export`` and formgrader work on top. Grade ids starting with ``ex`` are the optional extra-credit
+exercises; they are reported apart from the core score everywhere.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
-import hashlib
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
-import tempfile
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
@@ -53,6 +55,53 @@ class RedactHiddenTests(Preprocessor):
         for out in cell.get("outputs", []):
             if out.output_type == "error":
                 out.traceback = [f"{out.ename}: {out.evalue}"]
+        return cell, resources
+
+
+class CoreExtraSummary(Preprocessor):
+    """For feedback: the header shows core points only, and a first cell states core and extra credit apart."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        import nbformat
+
+        core = [0.0, 0.0]
+        extra = [0.0, 0.0]
+        waiting = []
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if not meta.get("grade"):
+                continue
+            part = extra if meta.get("grade_id", "").startswith(EXTRA_PREFIX) else core
+            part[0] += float(meta.get("score") or 0.0)
+            part[1] += float(meta.get("points") or 0.0)
+            if meta.get("solution") and meta.get("score") is None:
+                waiting.append(meta.get("grade_id"))
+        info = resources.setdefault("nbgrader", {})
+        info["score"], info["max_score"] = core
+        lines = [
+            f"**Core: {core[0]:g} / {core[1]:g} points.** Extra credit: {extra[0]:g} / {extra[1]:g} (optional, counted apart)."
+        ]
+        if waiting:
+            lines.append("Awaiting manual grading: " + ", ".join(waiting) + ".")
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n\n".join(lines)))
+        return nb, resources
+
+
+class CapOutputs(Preprocessor):
+    """For feedback: every printed output cut to a readable length (a 50 MB line stays out)."""
+
+    enabled = True
+    limit = 2000
+
+    def preprocess_cell(self, cell, resources, index):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and len(out.get("text", "")) > self.limit:
+                out["text"] = out["text"][: self.limit] + f"\n... [{len(out['text']) - self.limit} more characters]"
+            for key, value in list(out.get("data", {}).items()):
+                if key.startswith("text/") and isinstance(value, str) and len(value) > self.limit:
+                    out["data"][key] = value[: self.limit] + "\n... [cut]"
         return cell, resources
 
 
@@ -125,59 +174,165 @@ class CoreExtraCsvExport(ExportPlugin):
                     writer.writerow(row)
 
 
-def _prepared_course(assignment: str, source_nb: pathlib.Path, course_dir: pathlib.Path) -> pathlib.Path:
-    """A course folder with the assignment generated (gradebook filled), cached per source and config.
+# ------------------------------------------------------------------------------------ the engine
 
-    ``generate_assignment`` costs about 9 s, so it runs once per version of the source notebook
-    (the cache key hashes it and the course config); every grade then starts from a copy.
-    """
-    from importlib.metadata import version
-
-    stamp = source_nb.read_bytes() + (course_dir / "nbgrader_config.py").read_bytes() + version("nbgrader").encode()
-    key = hashlib.sha256(stamp).hexdigest()[:16]
-    cache_root = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "mlbook" / "grade"
-    cached = cache_root / f"{assignment}-{key}"
-    if not (cached / "gradebook.db").exists():
-        cache_root.mkdir(parents=True, exist_ok=True)
-        staging = pathlib.Path(tempfile.mkdtemp(dir=cache_root))
-        shutil.copy(course_dir / "nbgrader_config.py", staging)
-        shutil.copytree(source_nb.parent, staging / "source" / assignment)
-        run_nbgrader(["generate_assignment", assignment, "--force"], staging)
-        try:
-            staging.rename(cached)  # atomic: a concurrent grader either wins or finds it done
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-    return cached
+OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 
 
-def grade_notebook(
-    path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None, course: pathlib.Path | None = None
-) -> dict:
-    """Autograde one notebook with nbgrader in a scratch copy of ``course`` (default: the configured one)."""
-    path = pathlib.Path(path).resolve()
+def load_course(course: pathlib.Path, assignment: str):
+    """(source notebook, graded checks module, course secret) of one assignment."""
+    import nbformat
+
+    from mlbook_tools import driver
+
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    if not source.exists():
+        raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
+    return nbformat.read(source, as_version=4), driver.load_checks(layout().checks), driver.course_secret(course)
+
+
+def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
+                     budget: float | None = None) -> tuple[dict, object]:  # fmt: skip
+    """Grade one notebook's text: (result as ``mlbook grade --json`` prints it, the plan or None)."""
+    from mlbook_tools import driver
+
+    try:
+        plan = driver.make_plan(source_nb, text)
+    except driver.CannotGrade as err:
+        tests = driver.make_plan(source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}').tests
+        verdicts = [driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra) for t in tests]
+        return {**driver.summarise(verdicts), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
+                "seconds": 0.0}, None  # fmt: skip
+    kwargs = {"budget": budget} if budget else {}
+    run = driver.grade_plan(plan, checks, secret, student, trusted=trusted, **kwargs)
+    result = driver.summarise(run["verdicts"])
+    result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
+                  seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
+    return result, plan
+
+
+def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None,
+                   course: pathlib.Path | None = None, trusted: bool = False, student: str = "student") -> dict:  # fmt: skip
+    """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched."""
+    from mlbook_tools import driver
+
     course_dir = pathlib.Path(course) if course else layout().course
-    source_nb = course_dir / "source" / assignment / f"{assignment}.ipynb"
-    if not source_nb.exists():
-        raise FileNotFoundError(f"{source_nb} is missing: run `mlbook build` first")
-    with tempfile.TemporaryDirectory() as tmp:
-        course = pathlib.Path(tmp) / "course"
-        shutil.copytree(_prepared_course(assignment, source_nb, course_dir), course)
-        target = course / "submitted" / "student" / assignment / source_nb.name
-        target.parent.mkdir(parents=True)
-        shutil.copy(path, target)
-        extra = [f"--Execute.timeout={timeout}"] if timeout else []
-        run = run_nbgrader(["autograde", assignment, "--force", *extra], course, check=False)
-        if not (course / "autograded" / "student" / assignment / source_nb.name).exists():
-            # nbgrader could not even open it (not a notebook, bad JSON): zero points, and say why
-            message = [line for line in run.stderr.splitlines() if line.strip()][-3:]
-            return {"score": 0.0, "max_score": _max_score(course / "gradebook.db", assignment),
-                    "grades": {}, "extra_credit": {"score": 0.0, "max_score": 0.0}, "error": " | ".join(message)}  # fmt: skip
-        return read_scores(course / "gradebook.db", assignment, "student")
+    source_nb, checks, secret = load_course(course_dir, assignment)
+    try:
+        text = pathlib.Path(path).read_text(errors="replace")
+    except OSError as err:
+        raise driver.CannotGrade(f"cannot read {path}: {err}") from None
+    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, budget=timeout)
+    return result
 
 
-def _max_score(gradebook: pathlib.Path, assignment: str) -> float:
+def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters not shown]"
+
+
+def _cap_outputs(outputs: list) -> list:
+    kept = []
+    for out in outputs[:20]:
+        out = copy.deepcopy(out)
+        if out.get("output_type") == "stream":
+            text = out.get("text", "")
+            out["text"] = _cap("".join(text) if isinstance(text, list) else str(text))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            data = out.get("data", {})
+            out["data"] = {k: (_cap("".join(v) if isinstance(v, list) else str(v)) if k.startswith("text/") else v)
+                           for k, v in data.items() if len(str(v)) < 2_000_000}  # fmt: skip
+        elif out.get("output_type") == "error":
+            out["traceback"] = [_cap(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")]
+        kept.append(out)
+    return kept
+
+
+def _without_hidden(source: str) -> str:
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if RedactHiddenTests.begin in line:
+            hidden = True
+        elif RedactHiddenTests.end in line:
+            hidden = False
+        elif not hidden:
+            kept.append(line)
+    return "\n".join(kept).rstrip()
+
+
+def autograded_notebook(source_nb, plan, result: dict):
+    """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
+    import nbformat
+
+    student = plan.notebook if plan is not None else None
+    by_id, extras, last = {}, {None: []}, None
+    for cell in student.cells if student is not None else []:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") if isinstance(cell.get("metadata"), dict) else None
+        if isinstance(gid, str) and gid not in by_id:
+            by_id[gid], last = cell, gid
+            extras.setdefault(gid, [])
+        elif gid is None and cell.get("cell_type") in ("code", "markdown"):
+            extras.setdefault(last, []).append(cell)
+    cells = []
+    if result.get("error") or result.get("problems"):
+        lines = [f"* {p}" for p in ([result["error"]] if result.get("error") else []) + result.get("problems", [])]
+        cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
+    cells += [copy.deepcopy(c) for c in extras[None]]
+    for src in source_nb.cells:
+        meta = src.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        mine = by_id.get(gid)
+        cell = copy.deepcopy(src)
+        cell.pop("id", None)
+        if meta.get("solution") and mine is not None:
+            text = mine.get("source", "")
+            cell.source = "".join(text) if isinstance(text, list) else str(text)
+        elif meta.get("solution"):
+            cell.source = ""
+        if cell.cell_type == "code":
+            cell.source = _without_hidden(cell.source) if meta.get("grade") else cell.source
+            cell.outputs = _cap_outputs(mine.get("outputs", [])) if mine is not None and not meta.get("grade") else []
+            cell.execution_count = None
+            if meta.get("grade") and gid in result["grades"]:
+                g = result["grades"][gid]
+                if g["score"] >= g["max_score"]:
+                    cell.outputs = [
+                        nbformat.v4.new_output("stream", name="stdout", text=f"passed ({g['score']:g} / {g['max_score']:g})\n")
+                    ]
+                else:
+                    message = _cap(g["message"])
+                    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
+                                                           traceback=[f"AssertionError: {message}"])]  # fmt: skip
+        cells.append(cell)
+        cells += [copy.deepcopy(c) for c in extras.get(gid, [])] if gid in by_id else []
+    nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
+    for cell in nb.cells:
+        cell.pop("id", None)
+    nbformat.validator.normalize(nb)
+    return nb
+
+
+def record(course: pathlib.Path, assignment: str, student: str, result: dict, source_nb, plan) -> None:
+    """Scores into the nbgrader gradebook (through its API) and the autograded notebook next to it."""
+    import nbformat
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
-        cells = gb.find_assignment(assignment).notebooks[0].grade_cells
-        return float(sum(c.max_score for c in cells if not c.name.startswith(EXTRA_PREFIX)))
+    nb_name = assignment
+    out = course / "autograded" / student / assignment / f"{nb_name}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(autograded_notebook(source_nb, plan, result), out)
+    with Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb:
+        gb.update_or_create_student(student)
+        gb.update_or_create_submission(assignment, student)
+        for cell in source_nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if not meta.get("grade"):
+                continue
+            grade = gb.find_grade(meta["grade_id"], nb_name, assignment, student)
+            if meta.get("solution"):  # a written answer: formgrader's job
+                grade.auto_score = None
+                grade.needs_manual_grade = grade.manual_score is None
+                continue
+            got = result["grades"].get(meta["grade_id"])
+            grade.auto_score = float(got["score"]) if got else 0.0
+            grade.needs_manual_grade = grade.manual_score is not None
+        gb.db.commit()

@@ -1,0 +1,577 @@
+"""The trusted side of grading: it never runs student code, it only judges the data that comes back.
+
+For one submission: read the notebook (any damage is a problem noted for this student, not a crash),
+plan the namespace the way nbgrader would restore it (locked cells from the SOURCE notebook, the
+student's solution cells), build it in a sandboxed runner cell by cell (a cell that crashes or
+hangs the process is skipped after a restart), then run every graded check here, in this process,
+with the student's functions replaced by remote proxies: each call sends plain tensors over the
+pipe and gets plain tensors back, validated, under a deadline. The checks' inputs are seeded from
+HMAC(course secret, student, test), so no submission can know them in advance and a regrade
+reproduces the same verdicts. The end-to-end test runs the reference PPO loop from
+``mlbook_solutions`` here, calling the student's math remotely at every step.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import hmac
+import importlib.util
+import json
+import math
+import pathlib
+import re
+import secrets
+import time
+import types
+from dataclasses import dataclass, field
+
+import nbformat
+import torch
+
+from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
+
+HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+EXTRA_PREFIX = "ex"
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool,
+          "int32": torch.int32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # fmt: skip
+NAMES = {v: k for k, v in DTYPES.items()}
+MAX_ELEMENTS = 4_000_000
+CELL_SECONDS = 20.0  # one solution cell while the namespace is built
+CALL_SECONDS = 10.0  # one call into the student's code
+CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
+BUDGET_SECONDS = 300.0  # one submission, all checks
+SECRET_FILE = "grading_secret.txt"
+# Read-only cells import these for figures and display only; the graded functions never need them.
+SKIP_IMPORTS = {"matplotlib", "IPython", "mlbook.figures", "mlbook.plotting", "tqdm"}
+
+
+class CannotGrade(Exception):
+    """The file cannot be graded at all (not a notebook, wrong assignment)."""
+
+
+# ------------------------------------------------------------------------------- the course secret
+
+
+def course_secret(course: pathlib.Path) -> bytes:
+    """The course's grading secret (created on first use, outside source/ so nbgrader never releases it)."""
+    path = course / SECRET_FILE
+    if not path.exists():
+        path.write_text(secrets.token_hex(32) + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip().encode()
+
+
+def check_seed(secret: bytes, student: str, test: str) -> int:
+    digest = hmac.new(secret, f"{student}\0{test}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+# ------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class Test:
+    grade_id: str
+    points: float
+    call: str | None  # "check_gae(gae)", or None when the test is not a check_* call
+    extra: bool
+
+
+@dataclass
+class Plan:
+    cells: list[tuple[str, str, bool]]  # (grade_id, source, trusted)
+    tests: list[Test]
+    manual: list[tuple[str, float]]  # (grade_id, points) of manually graded cells
+    student_names: dict[str, str]  # symbol -> grade_id of the solution cell that defines it
+    problems: list[str] = field(default_factory=list)
+    notebook: nbformat.NotebookNode | None = None  # the student's, parsed
+
+
+def _meta(cell) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _definitional(source: str) -> str:
+    """Only the imports, defs, classes and literal assignments of a trusted cell (no demo runs, no plots)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    lines, kept = source.splitlines(), []
+    for node in tree.body:
+        seg = "\n".join(lines[node.lineno - 1 - len(getattr(node, "decorator_list", [])) : node.end_lineno])
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(m.split(".")[0] in SKIP_IMPORTS or m in SKIP_IMPORTS for m in modules):
+                continue
+            kept.append("try:\n" + "\n".join("    " + s for s in seg.splitlines()) + "\nexcept ImportError:\n    pass")
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            kept.append(seg)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            try:
+                ast.literal_eval(node.value)
+                kept.append(seg)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+    return "\n\n\n".join(kept)
+
+
+def _defined_names(source: str) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+
+
+def _check_call(source: str) -> str | None:
+    """The ``check_*(...)`` call that ends a test cell's hidden region."""
+    if HIDDEN[0] not in source:
+        return None
+    hidden = source.split(HIDDEN[0], 1)[1].split(HIDDEN[1], 1)[0]
+    calls = re.findall(r"^\s*(check_\w+\([\w, =]*\))\s*$", hidden, flags=re.M)
+    return calls[-1] if calls else None
+
+
+def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
+    """Match the student's notebook against the source, cell by grade_id; note every kind of damage."""
+    problems = []
+    try:
+        student = nbformat.reads(submission_text, as_version=4)
+        cells = student.cells
+        if not isinstance(cells, list):
+            raise ValueError("no cell list")
+    except Exception as err:  # noqa: BLE001 - bad JSON, wrong schema, binary junk: all cannot-grade
+        raise CannotGrade(f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})") from None
+    by_id: dict[str, dict] = {}
+    for cell in cells:
+        gid = _meta(cell).get("grade_id")
+        if not isinstance(gid, str):
+            continue
+        if gid in by_id:
+            problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
+            continue
+        by_id[gid] = cell
+    plan_cells, tests, manual, names = [], [], [], {}
+    for cell in source_nb.cells:
+        meta = _meta(cell)
+        gid = meta.get("grade_id", "")
+        if meta.get("grade") and meta.get("solution"):
+            manual.append((gid, float(meta.get("points", 0))))
+            if gid not in by_id:
+                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+            continue
+        if cell.cell_type != "code":
+            continue
+        if meta.get("grade"):
+            tests.append(Test(gid, float(meta.get("points", 0)), _check_call(cell.source), gid.startswith(EXTRA_PREFIX)))
+            mine = by_id.get(gid)
+            if mine is None:
+                problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
+            continue
+        if meta.get("solution"):
+            for name in _defined_names(cell.source):
+                names[name] = gid
+            if gid.endswith("_demo"):  # figures and sweeps for the manual questions: never run by the grader
+                continue
+            mine = by_id.get(gid)
+            if mine is None:
+                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+                continue
+            src = mine.get("source", "")
+            src = "".join(src) if isinstance(src, list) else str(src)
+            plan_cells.append((gid, src, False))
+            continue
+        text = _definitional(cell.source)
+        if text:
+            plan_cells.append((gid, text, True))
+        mine = by_id.get(gid)
+        if mine is not None and cell.cell_type == "code":
+            src = mine.get("source", "")
+            src = "".join(src) if isinstance(src, list) else str(src)
+            if src.strip() != cell.source.strip():
+                problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
+    return Plan(plan_cells, tests, manual, names, problems, student)
+
+
+# ------------------------------------------------------------------------------- the session
+
+
+class Session:
+    """A sandboxed runner holding the student's namespace; restarted (cells replayed) after a crash or hang."""
+
+    def __init__(self, plan: Plan, trusted: bool, deadline: float):
+        self.plan, self.trusted, self.deadline = plan, trusted, deadline
+        self.runner: Runner | None = None
+        self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
+        self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)
+        self.restarts = 0
+        self._build()
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _build(self):
+        while True:
+            self.runner = Runner(trusted=self.trusted)
+            try:
+                for gid, source, trusted in self.plan.cells:
+                    if gid in self.bad_cells:
+                        continue
+                    timeout = min(CELL_SECONDS if not trusted else 60.0, max(self.left(), 1.0))
+                    try:
+                        reply, _ = self.runner.request({"op": "exec", "cell": gid, "source": source}, timeout=timeout)
+                    except RunnerDied as err:
+                        why = (f"did not finish within {timeout:.0f} s" if str(err) == "timeout"
+                               else "stopped the Python process (a crash, os._exit, or the memory limit)")  # fmt: skip
+                        self.bad_cells[gid] = why
+                        raise
+                    if not reply.get("ok"):
+                        self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
+                return
+            except RunnerDied:
+                self.restarts += 1
+                if self.restarts > 6 or self.left() <= 0:
+                    raise
+
+    def ensure(self):
+        if self.runner is None or self.runner.dead:
+            self.restarts += 1
+            self._build()
+
+    def defined(self, names: list[str]) -> set[str]:
+        reply, _ = self.runner.request({"op": "defined", "names": names}, timeout=10)
+        return set(reply.get("names", []))
+
+    def close(self):
+        if self.runner is not None:
+            self.runner.close()
+
+    def output(self) -> str:
+        return self.runner.output() if self.runner else ""
+
+    # -------------------------------------------------------------- calls
+    def call(self, target, method, args, kwargs, attrs=()):
+        blobs, leaves = [], []
+        enc_args = [_encode(a, blobs, leaves) for a in args]
+        enc_kwargs = {k: _encode(v, blobs, leaves) for k, v in kwargs.items()}
+        header = {"op": "call", "target": target, "method": method, "args": enc_args, "kwargs": enc_kwargs,
+                  "attrs": list(attrs)}  # fmt: skip
+        timeout = max(min(CALL_SECONDS, self.left()), 0.5)
+        try:
+            reply, rblobs = self.runner.request(header, blobs, timeout=timeout)
+        except RunnerDied as err:
+            name = target if isinstance(target, str) else "your code"
+            if str(err) == "timeout":
+                raise AssertionError(f"calling {name} did not return within {timeout:.0f} s (an endless loop?)") from None
+            raise AssertionError(f"the process running {name} died (a crash, os._exit, or the memory limit)") from None
+        if not reply.get("ok"):
+            raise RemoteError(str(reply.get("error", "error"))[:1000])
+        metas = reply.get("blobs", [])
+        result = _decode(reply.get("result"), rblobs, metas, self)
+        # in-place changes of the inputs, made visible here
+        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+        after = reply.get("after", [])
+        if isinstance(after, list) and len(after) == len(tensors):
+            for local, remote in zip(tensors, after, strict=True):
+                new = _decode(remote, rblobs, metas, self)
+                if isinstance(new, torch.Tensor) and new.shape == local.shape and new.dtype == local.dtype:
+                    if not torch.equal(new, local.detach()):
+                        with torch.no_grad():
+                            local.copy_(new)
+        if reply.get("graph") and leaves:
+            grads = [_decode(g, rblobs, metas, self) for g in reply.get("grads", [])]
+            ok = len(grads) == len(leaves) and all(
+                g is None or (isinstance(g, torch.Tensor) and g.shape == leaf.shape)
+                for g, leaf in zip(grads, leaves, strict=False)
+            )
+            if ok:
+                result = _attach(result, grads, leaves)
+        extras = {k: _decode(v, rblobs, metas, self) for k, v in (reply.get("attrs") or {}).items()}
+        return (result, extras) if attrs else result
+
+
+def _encode(x, blobs, leaves, depth=0):
+    if depth > 8:
+        raise ValueError("argument nested too deeply")
+    if isinstance(x, Remote):
+        return {"H": x.handle}
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        meta = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "nbytes": len(raw)}
+        if x.requires_grad:
+            meta["requires_grad"] = True
+            leaves.append(x)
+        blobs.append((meta, raw))
+        return {"T": len(blobs) - 1}
+    if isinstance(x, torch.nn.Module):
+        cfg = getattr(x, "cfg", None)
+        config = {k: v for k, v in vars(cfg).items()} if cfg is not None else {}
+        grad = any(p.requires_grad for p in x.parameters())
+        params = {k: _encode(v.detach(), blobs, [], depth + 1) for k, v in x.state_dict().items()}
+        if grad:
+            leaves.extend(p for _, p in x.named_parameters())
+        return {"M": {"kind": type(x).__name__, "config": config, "params": params, "grad": grad}}
+    if type(x).__name__ == "DemoBatch":
+        return {"demo": [_encode(v, blobs, leaves, depth + 1) for v in x]}
+    if isinstance(x, bool | int | str) or x is None:
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else {"float": str(x)}
+    if isinstance(x, tuple):
+        return {"tuple": [_encode(v, blobs, leaves, depth + 1) for v in x]}
+    if isinstance(x, list):
+        return [_encode(v, blobs, leaves, depth + 1) for v in x]
+    raise TypeError(f"cannot send a {type(x).__name__} to the sandbox")
+
+
+def _decode(x, blobs, metas, session, depth=0):
+    """Data from the sandbox -> plain Python / plain torch.Tensor, validated; anything odd fails the check."""
+    if depth > 8:
+        raise AssertionError("your function returned something nested too deeply")
+    if x is None or isinstance(x, bool | int | float | str):
+        return x
+    if isinstance(x, list):
+        return [_decode(v, blobs, metas, session, depth + 1) for v in x[:100000]]
+    if not isinstance(x, dict):
+        raise AssertionError("your function returned something that is not data")
+    if "T" in x:
+        try:
+            meta = metas[int(x["T"])]
+            dtype = DTYPES[meta["dtype"]]
+            shape = [int(s) for s in meta["shape"]]
+            n = math.prod(shape)
+            raw = blobs[int(x["T"])]
+            if any(s < 0 for s in shape) or n > MAX_ELEMENTS or len(raw) != n * dtype.itemsize or len(shape) > 8:
+                raise ValueError
+        except (KeyError, ValueError, TypeError, IndexError):
+            raise AssertionError("your function returned a malformed tensor") from None
+        if n == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape).clone()
+    if "tuple" in x:
+        return tuple(_decode(v, blobs, metas, session, depth + 1) for v in x["tuple"])
+    if "float" in x:
+        return float(str(x["float"])) if str(x["float"]) in ("nan", "inf", "-inf") else math.nan
+    if "H" in x:
+        return Remote(session, int(x["H"]), str(x.get("type", "object")))
+    return Opaque(str(x.get("type", "object"))[:100])
+
+
+class Opaque:
+    """A returned value that is not data (the driver only knows its type name)."""
+
+    def __init__(self, type_name):
+        self.type_name = type_name
+
+    def __repr__(self):
+        return f"<{self.type_name}>"
+
+
+class _Attach(torch.autograd.Function):
+    """Connect a remotely computed scalar to the local inputs it was computed from, with the remote gradient."""
+
+    @staticmethod
+    def forward(ctx, value, grads, *inputs):
+        ctx.grads = grads
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        return (None, None, *[None if g is None else upstream * g.to(upstream.dtype) for g in ctx.grads])
+
+
+def _attach(result, grads, leaves):
+    first = result[0] if isinstance(result, tuple | list) and result else result
+    if not isinstance(first, torch.Tensor) or first.numel() != 1 or not first.is_floating_point():
+        return result
+    attached = _Attach.apply(first, grads, *leaves)
+    if isinstance(result, tuple):
+        return (attached, *result[1:])
+    if isinstance(result, list):
+        return [attached, *result[1:]]
+    return attached
+
+
+class Remote:
+    """A function, class or object that lives in the sandbox: calling it is a request, attributes are requests."""
+
+    def __init__(self, session: Session, handle, type_name="function", name=None):
+        object.__setattr__(self, "session", session)
+        object.__setattr__(self, "handle", handle)
+        object.__setattr__(self, "type_name", type_name)
+        object.__setattr__(self, "name", name or type_name)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.session.call(self.handle, None, args, kwargs)
+        except RemoteError as err:
+            raise AssertionError(f"{self.name} raised {err}") from None
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            reply, rblobs = self.session.runner.request({"op": "getattr", "target": self.handle, "name": attr},
+                                                        timeout=CALL_SECONDS)  # fmt: skip
+        except RunnerDied:
+            raise AssertionError(f"the process running {self.name} died") from None
+        if not reply.get("ok"):
+            raise AssertionError(f"{self.name}.{attr} is not available: {str(reply.get('error'))[:300]}")
+        value = _decode(reply.get("result"), rblobs, reply.get("blobs", []), self.session)
+        if isinstance(value, Remote):
+            object.__setattr__(value, "name", f"{self.name}.{attr}")
+        return value
+
+
+# ------------------------------------------------------------------------------- the checks
+
+
+def load_checks(path: pathlib.Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("mlbook_graded_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reference_with(proxies: dict) -> dict:
+    """The reference module's namespace with the student's symbols replaced by proxies (functions rebound)."""
+    from mlbook_solutions import ppo_lm
+
+    ns = dict(vars(ppo_lm))
+    ns.update(proxies)
+    for name, obj in vars(ppo_lm).items():
+        if isinstance(obj, types.FunctionType) and obj.__module__ == ppo_lm.__name__ and name not in proxies:
+            fn = types.FunctionType(obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__)
+            fn.__kwdefaults__ = obj.__kwdefaults__
+            ns[name] = fn
+    return ns
+
+
+@dataclass
+class Verdict:
+    grade_id: str
+    points: float
+    score: float
+    message: str
+    extra: bool
+    seconds: float = 0.0
+
+
+def _parse_call(call: str) -> tuple[str, list[str]]:
+    node = ast.parse(call, mode="eval").body
+    return node.func.id, [a.id for a in node.args]
+
+
+def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
+               budget: float = BUDGET_SECONDS) -> dict:  # fmt: skip
+    """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output."""
+    torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
+    t_start = time.monotonic()
+    deadline = t_start + budget
+    verdicts: list[Verdict] = []
+    session = None
+    try:
+        session = Session(plan, trusted, deadline)
+    except RunnerDied:
+        plan.problems.append("the notebook's code could not be loaded: it crashed or hung the Python process repeatedly")
+    try:
+        for test in plan.tests:
+            t0 = time.monotonic()
+            verdicts.append(_run_test(test, plan, session, checks, secret, student, deadline))
+            verdicts[-1].seconds = time.monotonic() - t0
+    finally:
+        output = session.output() if session else ""
+        if session is not None:
+            for gid, why in session.bad_cells.items():
+                plan.problems.append(f"cell {gid!r} {why}; it was skipped")
+            session.close()
+    return {"verdicts": verdicts, "problems": plan.problems, "output": output, "seconds": time.monotonic() - t_start,
+            "cell_errors": dict(session.cell_errors) if session else {}}  # fmt: skip
+
+
+def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict:
+    def verdict(ok, message):
+        return Verdict(test.grade_id, test.points, test.points if ok else 0.0, message, test.extra)
+
+    if test.call is None:
+        return verdict(False, "this test is not a graded check the sandboxed grader knows; it needs manual grading")
+    if session is None:
+        return verdict(False, "not run: the notebook's code could not be loaded")
+    if time.monotonic() >= deadline:
+        return verdict(False, "not run: the time budget for this submission ran out (an earlier cell or call was too slow)")
+    fname, args = _parse_call(test.call)
+    check = getattr(checks, fname, None)
+    if check is None:
+        return verdict(False, f"internal: the course has no check {fname}")
+    try:
+        session.ensure()
+    except RunnerDied:
+        return verdict(False, "not run: the notebook's code crashes or hangs the Python process")
+    student_args = [a for a in args if a in plan.student_names]
+    defined = session.defined(list(plan.student_names))
+    proxies = {name: Remote(session, name, name=name) for name in plan.student_names if name in defined}
+    missing = [a for a in student_args if a not in defined]
+    reference = None
+    if any(a not in plan.student_names for a in args):
+        reference = _reference_with(proxies)
+        needed = [n for n in plan.student_names if n in reference and n not in defined and _uses(reference, args, n)]
+        missing += needed
+    if missing:
+        why = []
+        for name in dict.fromkeys(missing):
+            gid = plan.student_names.get(name)
+            reason = session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
+            why.append(f"{name} is not available ({reason})")
+        return verdict(False, "; ".join(why))
+    call_args = [proxies[a] if a in proxies else reference[a] for a in args]
+    seed = check_seed(secret, student, test.grade_id)
+    session_deadline, session.deadline = session.deadline, min(deadline, time.monotonic() + CHECK_SECONDS)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            check(*call_args, seed=seed)
+        return verdict(True, "passed")
+    except AssertionError as err:
+        return verdict(False, str(err)[:1500] or "failed")
+    except RemoteError as err:
+        return verdict(False, f"your code raised {err}")
+    except RunnerDied:
+        return verdict(False, "the process running your code died during this test")
+    except Exception as err:  # noqa: BLE001 - a value the check could not even compare
+        return verdict(False, f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}")
+    finally:
+        session.deadline = session_deadline
+
+
+def _uses(reference: dict, args: list[str], name: str) -> bool:
+    """Whether a reference function passed to a check calls ``name`` (directly or through its callees)."""
+    seen, todo = set(), [a for a in args if a in reference]
+    while todo:
+        fn = reference.get(todo.pop())
+        if not isinstance(fn, types.FunctionType) or fn in seen:
+            continue
+        seen.add(fn)
+        for ref in fn.__code__.co_names:
+            if ref == name:
+                return True
+            todo.append(ref)
+    return False
+
+
+def summarise(verdicts: list[Verdict]) -> dict:
+    core = [v for v in verdicts if not v.extra]
+    extra = [v for v in verdicts if v.extra]
+    return {
+        "score": sum(v.score for v in core),
+        "max_score": sum(v.points for v in core),
+        "extra_credit": {"score": sum(v.score for v in extra), "max_score": sum(v.points for v in extra)},
+        "grades": {v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message} for v in verdicts},
+    }
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result, indent=2, default=str)

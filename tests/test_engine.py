@@ -1,0 +1,133 @@
+"""The answer catalog through the sandboxed engine: remote calls, validated data, gradients across the pipe.
+
+``test_grading_catalog.py`` runs the checks on the catalog in-process. Here every catalogued answer
+runs inside ONE bubblewrap runner (each answer defined in its own copy of the notebook's namespace)
+and the trusted driver calls it through the same proxies the class grader uses, with a seed from
+a course secret: every wrong answer must fail its test, every equivalent correct form must pass.
+Also: the driver rejects malformed replies, and a seed changes the inputs but not the verdicts.
+"""
+
+import json
+import pathlib
+
+import grading_catalog as cat
+import nbformat
+import ppo_checks
+import pytest
+from mlbook_tools import driver, sandbox
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SECRET = b"test-secret"
+CHECKS = {
+    cat.SHAPED: (ppo_checks.check_shaped_rewards, ["shaped_rewards", "last_response_index"]),
+    cat.GAE: (ppo_checks.check_gae, ["gae"]),
+    cat.CLIP: (ppo_checks.check_ppo_clip_loss, ["ppo_clip_loss"]),
+    cat.VALUE: (ppo_checks.check_value_loss, ["value_loss"]),
+    cat.KL: (ppo_checks.check_kl_controller, ["AdaptiveKLController"]),
+}
+USES = {"shaped_rewards": [cat.SHAPED], "last_response_index": [cat.SHAPED], "gae": [cat.GAE], "ppo_clip_loss": [cat.CLIP],
+        "value_loss": [cat.VALUE], "AdaptiveKLController": [cat.KL]}  # fmt: skip
+SYMBOLS = list(USES)
+
+pytestmark = pytest.mark.skipif(sandbox.check_available() is not None, reason="bubblewrap cannot start here")
+
+
+def _entries():
+    out = {f"wrong_{k}": v[2] for k, v in cat.WRONG.items()}
+    out.update({f"correct_{k}": v[1] for k, v in cat.CORRECT.items()})
+    out.update({f"train_{k}": v[2] for k, v in cat.WRONG_IN_TRAINING.items()})
+    return out
+
+
+def _catalog_cell() -> str:
+    """Each answer in a copy of the namespace; its symbols saved as __cat_<entry>__<symbol>."""
+    lines = ["__base = dict(globals())"]
+    for name, source in _entries().items():
+        lines.append(f"__ns = dict(__base)\nexec({source!r}, __ns)")
+        for sym in SYMBOLS:
+            lines.append(f"globals()['__cat_{name}__{sym}'] = __ns['{sym}']")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def session():
+    source_nb = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    solved = (ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb").read_text()
+    plan = driver.make_plan(source_nb, solved)
+    plan.cells.append(("catalog", _catalog_cell(), False))
+    s = driver.Session(plan, trusted=False, deadline=float("inf"))
+    assert not s.cell_errors, s.cell_errors
+    yield s
+    s.close()
+
+
+def _proxies(session, entry):
+    return {sym: driver.Remote(session, f"__cat_{entry}__{sym}", name=sym) for sym in SYMBOLS}
+
+
+def _run(session, entry, test):
+    check, args = CHECKS[test]
+    proxies = _proxies(session, entry)
+    check(*[proxies[a] for a in args], seed=driver.check_seed(SECRET, entry, test))
+
+
+@pytest.mark.parametrize("name", sorted(cat.WRONG))
+def test_wrong_answer_fails_its_test_through_the_engine(session, name):
+    test = cat.WRONG[name][0]
+    with pytest.raises(AssertionError) as err:
+        _run(session, f"wrong_{name}", test)
+    assert len(str(err.value)) > 20
+
+
+@pytest.mark.parametrize("name", sorted(cat.CORRECT))
+def test_correct_variant_passes_through_the_engine(session, name):
+    symbol, _ = cat.CORRECT[name]
+    for test in USES[symbol]:
+        _run(session, f"correct_{name}", test)
+
+
+@pytest.mark.parametrize("name", sorted(cat.WRONG_IN_TRAINING))
+def test_wrong_answer_fails_the_remote_training_loop(session, name):
+    _, symbol, _ = cat.WRONG_IN_TRAINING[name]
+    proxies = _proxies(session, "correct_gae_vectorised")  # any entry: all symbols correct except one
+    proxies[symbol] = driver.Remote(session, f"__cat_train_{name}__{symbol}", name=symbol)
+    with pytest.raises(AssertionError):
+        ppo_checks.check_train_ppo(driver._reference_with(proxies)["train_ppo"], seed=3)
+
+
+def test_correct_answers_train_through_the_engine(session):
+    proxies = _proxies(session, "correct_gae_vectorised")
+    ppo_checks.check_train_ppo(driver._reference_with(proxies)["train_ppo"], seed=7)
+
+
+def test_driver_rejects_malformed_tensors():
+    metas = [{"dtype": "float32", "shape": [2, 2], "nbytes": 8}]  # 4 floats need 16 bytes
+    with pytest.raises(AssertionError, match="malformed"):
+        driver._decode({"T": 0}, [b"\0" * 8], metas, None)
+    with pytest.raises(AssertionError, match="malformed"):
+        driver._decode({"T": 0}, [b"\0" * 16], [{"dtype": "object", "shape": [2, 2], "nbytes": 16}], None)
+    assert isinstance(driver._decode({"type": "Liar"}, [], [], None), driver.Opaque)
+    t = driver._decode({"T": 0}, [b"\0" * 16], [{"dtype": "float32", "shape": [2, 2], "nbytes": 16}], None)
+    assert type(t) is __import__("torch").Tensor and t.shape == (2, 2)
+
+
+def test_seeds_differ_per_student_and_test_but_repeat():
+    a = driver.check_seed(SECRET, "alice", cat.GAE)
+    assert a == driver.check_seed(SECRET, "alice", cat.GAE)
+    assert a != driver.check_seed(SECRET, "bob", cat.GAE) and a != driver.check_seed(SECRET, "alice", cat.CLIP)
+    assert a != driver.check_seed(b"other course", "alice", cat.GAE)
+
+
+def test_plan_restores_locked_cells_and_notes_damage():
+    source_nb = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    nb = json.loads((ROOT / "chapters" / "rlhf_ppo.ipynb").read_text())
+    for cell in nb["cells"]:
+        if "def train_ppo(" in "".join(cell["source"]):
+            cell["source"] = "def train_ppo(*a, **k):\n    return []\n"
+    plan = driver.make_plan(source_nb, json.dumps(nb))
+    assert any("was edited" in p for p in plan.problems)
+    trusted = "\n".join(src for _, src, trusted in plan.cells if trusted)
+    assert "def train_ppo(" in trusted and "return []" not in trusted
+    assert "BEGIN HIDDEN" not in trusted and "check_gae" not in trusted
+    with pytest.raises(driver.CannotGrade):
+        driver.make_plan(source_nb, "not json {")

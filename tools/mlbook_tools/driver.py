@@ -24,6 +24,7 @@ import re
 import secrets
 import time
 import types
+import warnings
 from dataclasses import dataclass, field
 
 import nbformat
@@ -139,7 +140,9 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
     """Match the student's notebook against the source, cell by grade_id; note every kind of damage."""
     problems = []
     try:
-        student = nbformat.reads(submission_text, as_version=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
+            student = nbformat.reads(submission_text, as_version=4)
         cells = student.cells
         if not isinstance(cells, list):
             raise ValueError("no cell list")

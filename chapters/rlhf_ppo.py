@@ -1540,10 +1540,8 @@ raise NotImplementedError("replace this line with your implementation")
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "56e645901c6e0cdcdccc810ddcaf34bb", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def importance_ratios(
-    policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor
-) -> torch.Tensor:
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "38867014c6f5c6ffaf6840c3361bd83c", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")

@@ -99,8 +99,9 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
     work = tmp_path / "student_home"
     work.mkdir()
     nb = nbformat.read(dist / NB, as_version=4)
-    first_stub = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution")
-                      and c.cell_type == "code")  # fmt: skip -- defining a stub is fine; calling it raises
+    first_stub = next(
+        i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
+    )  # fmt: skip -- defining a stub is fine; calling it raises
     env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "MPLBACKEND": "Agg", "PYTHONNOUSERSITE": "1"}
     client = NotebookClient(nb, timeout=300, kernel_name="student", resources={"metadata": {"path": str(work)}})
     import os

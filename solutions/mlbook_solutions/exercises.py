@@ -338,9 +338,7 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2) 
     )
 
 
-def importance_ratios(
-    policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor
-) -> torch.Tensor:
+def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
     with torch.no_grad():
         logp_policy = token_log_probs(policy(tokens), tokens)  # (B, T-1)

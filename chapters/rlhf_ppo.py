@@ -535,7 +535,7 @@ print("✓ AdaptiveKLController.update")
 # term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
 # (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1e1bacb3285601c9ec57215684349edf", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc3c105e2cbc7f58aa558ee4d481cbfa", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -559,8 +559,9 @@ def collect_rollouts(
     rollouts). ``logp_old`` always comes from the model that sampled, and is checked against the
     log-probs recorded during generation, so a mismatch (dropout, padding, temperature) fails here.
 
-    Returns a dict of tensors: ``tokens`` (B, T), ``mask``, ``logp_old``, ``logp_ref``,
-    ``values_old`` (each (B, T-1)), and ``on_policy`` (0-d bool: sampler is policy).
+    Returns a dict of tensors: ``tokens`` and ``response_mask`` (B, T) (what a reward function
+    takes); ``mask``, ``logp_old``, ``logp_ref``, ``values_old``, each (B, T-1) and aligned with
+    ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
     tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
@@ -573,7 +574,15 @@ def collect_rollouts(
     if gap > 1e-4:
         raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
-    return dict(tokens=tokens, mask=mask, logp_old=logp_old, logp_ref=logp_ref, values_old=values_old, on_policy=on_policy)
+    return dict(
+        tokens=tokens,
+        response_mask=full_mask,
+        mask=mask,
+        logp_old=logp_old,
+        logp_ref=logp_ref,
+        values_old=values_old,
+        on_policy=on_policy,
+    )
 
 
 @dataclass(kw_only=True)
@@ -762,8 +771,7 @@ def train_ppo(
                 evaluated = float(evaluate(policy))
         model = sampler(policy) if sampler is not None else None
         roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-        scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
+        scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
         epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
         reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()

@@ -152,8 +152,7 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
         roll = collect_rollouts(policy, ref_t, critic_t, prompts, cfg.max_new_tokens, END_ID, gen)  # tokens (b, T)
         roll = {k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v for k, v in roll.items()}
         t1 = time.perf_counter()
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (b, T)
-        scores = good_count_reward(roll["tokens"], full_mask)  # (b,)
+        scores = good_count_reward(roll["tokens"], roll["response_mask"])  # (b,)
         kl = sequence_kl(roll, None if cfg.local_kl else reduce)  # mean over all ranks' sequences
         update_reduce = None if cfg.local_whiten else reduce  # global whitening, token means and approx-KL
         epochs = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce)

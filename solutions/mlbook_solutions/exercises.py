@@ -154,8 +154,7 @@ def whitening_clip_counts(
     """
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     roll = collect_rollouts(policy, ref, critic, prompts, CHAPTER_RUN.max_new_tokens, END_ID, gen)
-    full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-    scores = good_count_reward(roll["tokens"], full_mask).float()  # (B,)
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()  # (B,)
     n_tokens = int(roll["mask"].sum())
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
     counts: dict[str, list[int]] = {}
@@ -319,8 +318,7 @@ def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[
               generator=gen)  # fmt: skip
     sampler = copy.deepcopy(policy)
     roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen)
-    full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)
-    scores = good_count_reward(roll["tokens"], full_mask).float()
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
     ppo_update(policy, critic, opt, roll, scores, cfg.beta, cfg)
     stale_roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen, sampler=sampler)

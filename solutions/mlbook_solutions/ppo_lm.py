@@ -188,8 +188,9 @@ def collect_rollouts(
     rollouts). ``logp_old`` always comes from the model that sampled, and is checked against the
     log-probs recorded during generation, so a mismatch (dropout, padding, temperature) fails here.
 
-    Returns a dict of tensors: ``tokens`` (B, T), ``mask``, ``logp_old``, ``logp_ref``,
-    ``values_old`` (each (B, T-1)), and ``on_policy`` (0-d bool: sampler is policy).
+    Returns a dict of tensors: ``tokens`` and ``response_mask`` (B, T) (what a reward function
+    takes); ``mask``, ``logp_old``, ``logp_ref``, ``values_old``, each (B, T-1) and aligned with
+    ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
     tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
@@ -202,7 +203,15 @@ def collect_rollouts(
     if gap > 1e-4:
         raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
-    return dict(tokens=tokens, mask=mask, logp_old=logp_old, logp_ref=logp_ref, values_old=values_old, on_policy=on_policy)
+    return dict(
+        tokens=tokens,
+        response_mask=full_mask,
+        mask=mask,
+        logp_old=logp_old,
+        logp_ref=logp_ref,
+        values_old=values_old,
+        on_policy=on_policy,
+    )
 
 
 @dataclass(kw_only=True)
@@ -391,8 +400,7 @@ def train_ppo(
                 evaluated = float(evaluate(policy))
         model = sampler(policy) if sampler is not None else None
         roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-        scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
+        scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
         epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
         reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()

@@ -47,8 +47,9 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "851455f67681bec67b83a8d1bc609ea4", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b3b919afcfb3c4e056673e26d6b8e0f7", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
+import dataclasses
 import math
 import os
 import time
@@ -75,8 +76,7 @@ torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add c
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bf30520ce0430619597ab8c3941e1e4a", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-import copy
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3cb36952809526a2a927a91d96df0d4a", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +84,7 @@ import torch
 import torch.nn as nn
 from mlbook.posttrain.masks import (
     Reduce,
+    global_mean,
     masked_mean,
     masked_whiten,
     no_reduce,
@@ -516,7 +517,7 @@ print("✓ AdaptiveKLController.update")
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "10221696227a6d4fa1da6755e851cf1a", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0d3dbd54b436ddf7fd02821a61f17c33", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.5 Rollouts, the update and the training loop (read only)
 #
 # `collect_rollouts` is the four-model forward: the policy samples, then the sampling policy, the
@@ -526,12 +527,15 @@ print("✓ AdaptiveKLController.update")
 # production bug that silently biases every ratio, so here it raises. For the same reason
 # `ppo_update` asserts that its first epoch starts at ratio 1 when the batch is on-policy.
 #
+# Every hyperparameter of a run lives in one place, `PPOConfig`, with a line on each field.
 # `ppo_update` turns a batch into shaped rewards, advantages (whitened over response tokens), and
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
-# `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
-# epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
+# `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
+# drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
+# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "360b4eb898fb9a84990e3137bd9f254b", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc3c105e2cbc7f58aa558ee4d481cbfa", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -555,8 +559,9 @@ def collect_rollouts(
     rollouts). ``logp_old`` always comes from the model that sampled, and is checked against the
     log-probs recorded during generation, so a mismatch (dropout, padding, temperature) fails here.
 
-    Returns a dict of tensors: ``tokens`` (B, T), ``mask``, ``logp_old``, ``logp_ref``,
-    ``values_old`` (each (B, T-1)), and ``on_policy`` (0-d bool: sampler is policy).
+    Returns a dict of tensors: ``tokens`` and ``response_mask`` (B, T) (what a reward function
+    takes); ``mask``, ``logp_old``, ``logp_ref``, ``values_old``, each (B, T-1) and aligned with
+    ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
     tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
@@ -569,17 +574,62 @@ def collect_rollouts(
     if gap > 1e-4:
         raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
-    return dict(tokens=tokens, mask=mask, logp_old=logp_old, logp_ref=logp_ref, values_old=values_old, on_policy=on_policy)
+    return dict(
+        tokens=tokens,
+        response_mask=full_mask,
+        mask=mask,
+        logp_old=logp_old,
+        logp_ref=logp_ref,
+        values_old=values_old,
+        on_policy=on_policy,
+    )
+
+
+@dataclass(kw_only=True)
+class PPOConfig:
+    """Every hyperparameter of one PPO-RLHF run. The defaults are the chapter's §3.6 run."""
+
+    steps: int = 40
+    """PPO iterations: each samples a rollout batch, then makes one update."""
+    max_new_tokens: int = 8
+    """Longest response sampled per prompt."""
+    beta: float = 0.3
+    """Weight of the per-token KL fee: the initial value if ``kl_target`` is set, else fixed."""
+    kl_target: float | None = 3.0
+    """Per-sequence KL (nats) the adaptive controller steers toward; ``None`` keeps beta fixed."""
+    horizon: float = 10
+    """Controller horizon in updates (it is fed ``n_steps=1`` per update)."""
+    lr: float = 2e-3
+    """Adam learning rate for policy and critic."""
+    clip_eps: float = 0.2
+    """Half-width of the ratio band [1 - eps, 1 + eps], and of the value clip around V_old."""
+    ppo_epochs: int = 4
+    """Full-batch optimiser steps on each rollout batch."""
+    gamma: float = 1.0
+    """Discount of GAE (1: no discount within a response)."""
+    lam: float = 0.95
+    """GAE lambda: 1 gives Monte-Carlo returns minus V, 0 one-step TD errors."""
+    vf_coef: float = 0.5
+    """Weight of the value loss in the total loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus (0: none, as in most RLHF runs)."""
+    whiten: bool = True
+    """Whiten advantages over the response tokens of the whole (global) batch."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm of policy + critic to this."""
+    approx_kl_stop: float | None = None
+    """Skip the remaining epochs of an update once E[r - 1 - log r] exceeds this; None: never."""
 
 
 @dataclass
-class UpdateStats:
-    clip_frac: float  # from the last epoch that ran
-    value_loss: float
-    entropy: float
-    approx_kl: float  # E[r - 1 - log r] between the sampling policy and the policy before the last epoch's step
-    epochs: int  # epochs actually run (fewer than asked when the approx-KL early stop fired)
-    extra_loss: float = math.nan  # value of the optional extra loss term (e.g. PPO-ptx SFT loss)
+class EpochStats:
+    """What one epoch of ``ppo_update`` measured, before its optimiser step (global under DDP)."""
+
+    clip_frac: float  # share of response tokens with |ratio - 1| > clip_eps
+    value_loss: float  # clipped critic loss
+    entropy: float  # mean next-token entropy over response positions
+    approx_kl: float  # E[r - 1 - log r]: sampling policy vs the policy at the start of this epoch
+    extra_loss: float = math.nan  # value of the optional extra loss term (e.g. PPO-ptx)
 
 
 def ppo_update(
@@ -588,83 +638,94 @@ def ppo_update(
     opt: torch.optim.Optimizer,  # over policy and critic parameters
     roll: dict[str, torch.Tensor],  # from collect_rollouts
     scores: torch.Tensor,  # (B,) sequence rewards
-    beta: float,
-    clip_eps: float = 0.2,  # ratio band and value clip width
-    ppo_epochs: int = 2,  # full-batch passes over the rollouts
-    vf_coef: float = 0.5,
-    ent_coef: float = 0.0,
-    whiten: bool = True,
-    max_grad_norm: float = 1.0,
-    approx_kl_stop: float | None = None,
+    beta: float,  # this step's KL coefficient
+    cfg: PPOConfig,
+    *,
     extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
     reduce: Reduce | None = None,
-) -> UpdateStats:
-    """``ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H (+ extra_loss(policy))``.
+) -> list[EpochStats]:
+    """Up to ``cfg.ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H``.
 
-    ``approx_kl_stop``: skip the remaining epochs once ``E[r - 1 - log r]`` exceeds it.
-    ``extra_loss``: a term added to every epoch's loss (PPO-ptx passes ``ptx_coef * sft_loss``).
-    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook_solutions.ddp``). It makes the
-    advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
-    process on the whole batch. ``None`` means one process.
+    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx adds ``ptx_coef * sft_loss``).
+    ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
+    the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
+    on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
+    the approx-KL early stop fired).
     """
     reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
-    advantages, returns = gae(rewards, roll["values_old"], m)  # (B, T-1) each
-    if whiten:
-        advantages = masked_whiten(advantages, m, reduce)  # (B, T-1) zero mean, unit std over all response tokens
-    # Token-mean losses over the *global* batch: rank r's mean is rescaled by n_r * world / n_total,
-    # because DDP averages (divides by world) the per-rank gradients.
+    advantages, returns = gae(rewards, roll["values_old"], m, cfg.gamma, cfg.lam)  # (B, T-1) each
+    if cfg.whiten:  # zero mean, unit std over every response token of the global batch
+        advantages = masked_whiten(advantages, m, reduce)  # (B, T-1)
+    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local token
+    # mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
     n_local = m.sum()
-    n_total, world = reduce(torch.stack([n_local, torch.ones_like(n_local)])).unbind()
-    scale = n_local * world / n_total.clamp(min=1.0)
+    scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
-    epochs_run, approx_kl, extra = 0, 0.0, math.nan
-    for epoch in range(ppo_epochs):
+    history: list[EpochStats] = []
+    for epoch in range(cfg.ppo_epochs):
         logits = policy(roll["tokens"])  # (B, T, V)
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
-        approx_kl = float(reduce(torch.stack([((log_ratio.exp() - 1 - log_ratio) * m).sum(), n_local]))[0] / n_total)
+        approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
             raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
-        if approx_kl_stop is not None and epoch > 0 and approx_kl > approx_kl_stop:
+        if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
-        v_loss = value_loss(values, roll["values_old"], returns, m, clip_eps)
+        v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
-        loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
+        loss = scale * (policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent)  # scalar
+        extra = math.nan
         if extra_loss is not None:
             term = extra_loss(policy)
             loss = loss + term
             extra = float(term.detach())
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
-        epochs_run += 1
-    clip_frac = float(reduce(n_local.new_tensor([clip_frac * float(n_local)]))[0] / float(n_total))
-    return UpdateStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, epochs_run, extra)
+        clip_frac = float(global_mean(n_local.new_tensor([clip_frac]), n_local.reshape(1), reduce))
+        history.append(EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra))
+    return history
 
 
 @dataclass
 class PPOStats:
+    """One training step, as ``train_ppo`` logs it."""
+
     reward: float  # mean sequence score of the step's rollouts
     kl: float  # per-sequence KL estimate to the reference (sum over tokens, mean over samples)
-    clip_frac: float  # share of response tokens outside the ratio band (last epoch)
-    value_loss: float  # clipped critic loss (last epoch)
-    entropy: float  # mean next-token entropy over response positions
     beta: float  # the beta used for this step's rewards
-    approx_kl: float  # old-vs-new policy drift within the step
-    response_len: float
-    extra_loss: float = math.nan
+    response_len: float  # mean response length in tokens
+    epochs: list[EpochStats]  # what each PPO epoch of the update measured
+    eval: float = math.nan  # train_ppo's evaluate(policy) at the start of the step, if given
+
+    @property
+    def clip_frac(self) -> float:
+        """Clip fraction of the last epoch that ran."""
+        return self.epochs[-1].clip_frac
+
+    @property
+    def approx_kl(self) -> float:
+        """Old-vs-new policy drift at the start of the last epoch."""
+        return self.epochs[-1].approx_kl
+
+    @property
+    def value_loss(self) -> float:
+        return self.epochs[-1].value_loss
+
+    @property
+    def entropy(self) -> float:
+        return self.epochs[-1].entropy
 
 
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or no_reduce)(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
-    return float(total / count)
+    return float(global_mean(per_seq, reduce=reduce or no_reduce))
 
 
 def train_ppo(
@@ -674,55 +735,49 @@ def train_ppo(
     prompts: torch.Tensor,  # (B, P) long
     reward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     eos_id: int,
-    steps: int = 30,  # PPO iterations (rollout + update)
-    max_new_tokens: int = 8,
-    beta: float = 0.05,  # initial (or fixed) KL coefficient
-    kl_target: float | None = None,  # per-sequence KL target; None keeps beta fixed
-    lr: float = 1e-3,
-    clip_eps: float = 0.2,
-    ppo_epochs: int = 2,
-    horizon: float = 10,
+    cfg: PPOConfig | None = None,
+    *,
     generator: torch.Generator | None = None,
-    stale_sampler: bool = False,
-    progress: bool = False,
+    sampler: Callable[[nn.Module], nn.Module] | None = None,
+    extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
     reduce: Reduce | None = None,
-    **update_kwargs,
+    evaluate: Callable[[nn.Module], float] | None = None,
+    progress: bool = False,
 ) -> list[PPOStats]:
-    """The outer loop, ``steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
+    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
 
     ``reward_fn(tokens, response_mask) -> (B,)`` scores whole sequences (``response_mask`` is the
-    (B, T) mask over tokens). With ``kl_target`` an :class:`AdaptiveKLController` (horizon in
-    updates, ``n_steps=1``) moves ``beta``; otherwise ``beta`` stays fixed. ``stale_sampler``
-    samples each step with the policy as it was one update earlier (asynchronous rollouts).
-    Extra keyword arguments go to :func:`ppo_update`.
+    (B, T) mask over tokens). With ``cfg.kl_target`` an :class:`AdaptiveKLController` moves beta.
+    ``sampler(policy)`` returns the model that samples this step (default: the policy itself; an
+    older copy for asynchronous rollouts). ``extra_loss`` and ``reduce`` go to :func:`ppo_update`.
+    ``evaluate(policy) -> float`` is logged as ``PPOStats.eval`` at the start of every step.
     """
+    cfg = cfg or PPOConfig()
     reduce = reduce or no_reduce
     for p in ref.parameters():
         p.requires_grad_(False)
-    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
-    controller = AdaptiveKLController(beta, kl_target, horizon) if kl_target is not None else None
-    previous = copy.deepcopy(policy) if stale_sampler else None
-    history: list[PPOStats] = []
-    bar = range(steps)
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
+    controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
+    beta, history = cfg.beta, []
+    bar = range(cfg.steps)
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(bar, desc="PPO", unit="step")
     for _ in bar:
-        roll = collect_rollouts(policy, ref, critic, prompts, max_new_tokens, eos_id, generator, sampler=previous)
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-        scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
+        evaluated = math.nan
+        if evaluate is not None:
+            with torch.no_grad():
+                evaluated = float(evaluate(policy))
+        model = sampler(policy) if sampler is not None else None
+        roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
+        scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
-        if previous is not None:
-            previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
-        upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
-        reward, length = reduce(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * float(reduce(scores.new_ones(())))  # sequences over all ranks
-        history.append(
-            PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
-        )
+        epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
+        reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()
+        history.append(PPOStats(reward, kl, beta, length, epochs, evaluated))
         if progress:
-            bar.set_postfix(reward=f"{reward / n:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
+            bar.set_postfix(reward=f"{reward:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
         if controller is not None:  # adapt beta for the next step
             beta = controller.update(kl)
     return history
@@ -735,15 +790,15 @@ def train_ppo(
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a4770ccbbeccee36fad2649b7df9b3e", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
-CHAPTER_RUN = dict(steps=40, max_new_tokens=8, beta=0.3, kl_target=3.0, horizon=10, lr=2e-3, ppo_epochs=4)
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "629990821537973b898f2dba62d4bfae", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+CHAPTER_RUN = PPOConfig()
 
 
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_settings = {**CHAPTER_RUN, "steps": 15} if AUTOGRADING else CHAPTER_RUN  # shorter while a class is graded
-print("settings:", run_settings)
+run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
+print(run_cfg)
 t0 = time.perf_counter()
-history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, progress=True, **run_settings)
+history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, run_cfg, generator=gen, progress=True)
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
 print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
@@ -751,18 +806,18 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "114645a257d1fa247b7d7f0db749aaeb", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
-fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "be35786aed92d010e613eb6f3d811ff2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 print(
     f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
-    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN.kl_target}) and ends at {history[-1].kl:.2f}"
 )
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
-    f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step"
+    f"{100 * 0.2 / CHAPTER_RUN.horizon:.0f} % per step"
 )
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
@@ -900,11 +955,11 @@ print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of stric
 # `time.perf_counter`, and reports the median over three repeats. The update is **your**
 # `ppo_update` from §3, with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a682164cdb96ab8f5da39557b9f94b0c", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ce3f2868d59532b344821a965933ef1a", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
 split = time_ppo_step(
-    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, ppo_epochs=4
+    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, cfg=CHAPTER_RUN
 )
 print(f"one PPO step on the toy: {len(prompts)} prompts, {split['response_tokens']:.0f} response tokens")
 print(format_time_split(split))
@@ -913,13 +968,13 @@ print(format_time_split(split))
 # Generation's share depends on how long the responses are. Allow longer responses (the toy's
 # context holds 32 tokens) and time the step again (two repeats each):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4aea74dff342be3d7c5e5265f76249bd", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b103b12f3f5f2a31c30b207bbb1617b1", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 longest = policy.cfg.max_len - prompts.shape[1] - 2
 print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'update':>8} {'step ms':>8}")
 for n_new in (8, 16, longest):
     s = split if n_new == 8 else time_ppo_step(
         policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=n_new, repeats=2, warmup=0,
-        beta=0.3, ppo_epochs=4,
+        beta=0.3, cfg=CHAPTER_RUN,
     )  # fmt: skip
     fr = s["fractions"]
     print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")
@@ -1316,7 +1371,7 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 #
 # </details>
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "6dcb319a81fc7aa066235d5e4cca2b51", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97a038e1f17882cecbef0f135d99d1f7", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
@@ -1326,14 +1381,16 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 #
 # Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
 # from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
-# you met in §3 through their hooks (`sampler=`, `whiten=`, `extra_loss=`, `stale_sampler=`). The
+# you met in §3 through `PPOConfig` and their arguments (`sampler=`, `extra_loss=`, `evaluate=`). The
 # two training sweeps (5 seeds, two or three arms each, a couple of minutes of CPU) are read from a cache
 # that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9e50d77a49dbde0a379ec8a2dacf4e3e", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02d01518f06fed43685fd5753a1384f7", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
+
+from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, token_log_probs
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "18519bc759f879f4afc90df0b3287678", "grade": false, "grade_id": "70_exercises-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 1 ★: a larger β on the §1 example
@@ -1378,8 +1435,8 @@ print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2
 # different lengths and a critic that predicts non-zero values on the padding. Finally, say in two lines
 # why the identity holds.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "b2b0160c375567c598e44c8c9e058e44", "grade": false, "grade_id": "ex2_reward_to_go", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def reward_to_go(rewards, response_mask):
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "45e9eaca86ccc5c1b3f0b759b121c418", "grade": false, "grade_id": "ex2_reward_to_go", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """G_t = sum of R_s for s >= t over the response, 0 off it: (B, T-1), (B, T-1) -> (B, T-1)."""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
@@ -1410,7 +1467,7 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5f296f8a10752e40d564fbf21fd672e7", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1550e9c5429d36d3c81122da222dbb05", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 3 ★★: what whitening does and does not change
 #
 # `ppo_update` whitens the advantages over the batch by default: it subtracts their mean and divides by
@@ -1418,13 +1475,14 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # unchanged, and name a situation where it does change where the update ends up. (b) Measure it: on one
 # rollout batch, run the same multi-epoch `ppo_update` with `whiten=True` and with `whiten=False`, starting
 # both from identical copies of the policy, critic and optimizer, and count after each epoch how many
-# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called at the start of
-# every epoch, before that epoch's step, with the policy; a function that counts and returns `torch.zeros(())`
-# observes without changing anything. Add one more count after `ppo_update` returns.)
+# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `ppo_update` returns one `EpochStats`
+# per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
+# tokens is the count. Add one more count after `ppo_update` returns.)
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
+
 
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
@@ -1445,48 +1503,43 @@ raise NotImplementedError("replace this line with your implementation")
 # as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "eb7b601b271105dea8a9ab5a4e9478f7", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
-from mlbook.posttrain.toy_lm import demonstration_batch, sft_loss
-
-
-def make_ptx_loss(batch, ptx_coef):
-    """Return extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels), a scalar with gradient."""
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "fb7abbe7e750d3432fe05a32b12043be", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
+    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``, with gradient."""
 
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d5b7c49c75776b6a336f505be529aa3f", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-import math
-import warnings
-
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
+# on models the test builds, and that it evaluates the policy it is given.
 import torch
-import torch.nn.functional as F
 
 from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, demonstration_batch
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    torch.manual_seed(0)
-    _lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
-    _term = make_ptx_loss(demonstration_batch(), 0.5)
-    assert callable(_term), "make_ptx_loss must return a function of the policy"
-    _value = _term(_lm)
-    assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
-    assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+torch.manual_seed(0)
+_lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
+_term = make_ptx_loss(demonstration_batch(), 0.5)
+assert callable(_term), "make_ptx_loss must return a function of the policy"
+_value = _term(_lm)
+assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
+assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
+
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "9752f420f7bdb55a522f7652f44c07a6", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "11547ee4431a97cdedfa96b14b711e16", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c3eb331c43c779c917be10c8b3bb4e73", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 5 ★★★: asynchronous rollouts
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
-# update behind the policy being trained. `train_ppo(stale_sampler=True)` does exactly that, and
+# update behind the policy being trained. `train_ppo(sampler=StaleByOneUpdate())` (from
+# `mlbook_solutions.exercises`) does exactly that, and
 # `collect_rollouts(sampler=...)` records `logp_old` from the model that actually sampled.
 #
 # Write `importance_ratios(policy, sampler, tokens, response_mask)`: the ratio
@@ -1495,40 +1548,28 @@ raise NotImplementedError("replace this line with your implementation")
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "1e93e096aa3b0218380da7fb1a48ff36", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
-from mlbook.posttrain.toy_lm import token_log_probs
-
-
-def importance_ratios(policy, sampler, tokens, response_mask):
-    """pi_policy(token) / pi_sampler(token) per sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "38867014c6f5c6ffaf6840c3361bd83c", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d3541b1d077acc72061352029899a4a2", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
+# has moved on since. The visible part: shape, and a model against itself.
 import copy
-import math
-import warnings
-
-import torch
 
 from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    torch.manual_seed(0)
-    _sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
-    _policy = copy.deepcopy(_sampler)
-    with torch.no_grad():
-        for _p in _policy.parameters():
-            _p.add_(0.05 * torch.randn_like(_p))  # the policy has moved on since the sampler's weights
-    _gen = torch.Generator().manual_seed(0)
-    _tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
-    _mask = _full_mask[:, 1:]
-    _r = torch.as_tensor(importance_ratios(_policy, _sampler, _tokens, _mask)).detach().double()
-    assert _r.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_r.shape)}"
-    _same = torch.as_tensor(importance_ratios(_sampler, _sampler, _tokens, _mask)).detach().double()
-    assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
+torch.manual_seed(0)
+_sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
+_gen = torch.Generator().manual_seed(0)
+_tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
+_mask = _full_mask[:, 1:]
+_same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)).double()
+assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
+assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # YOUR CODE HERE

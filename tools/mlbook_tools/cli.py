@@ -2,6 +2,7 @@
 
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
+mlbook student-dist [--out D]                write what students get: the library wheel and the released notebooks
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
 
@@ -35,8 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--force", action="store_true", help="regrade submissions already graded and unchanged")
     c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per submission")
     c.add_argument("--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)")
+    d = sub.add_parser("student-dist", help="write the student distribution (library wheel + released notebooks)")
+    d.add_argument("--out", default=None, help="output folder (default: [tool.mlbook] student-dist)")
     args = ap.parse_args(argv)
 
+    if args.command == "student-dist":
+        from mlbook_tools.dist import student_dist
+
+        print(f"wrote {student_dist(args.out)}")
+        return 0
     if args.command == "build":
         from mlbook_tools.build import build
 

@@ -31,6 +31,7 @@
 
 # %%
 import copy
+import dataclasses
 import math
 import os
 import time

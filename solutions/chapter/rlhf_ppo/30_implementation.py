@@ -146,12 +146,15 @@ print("✓ AdaptiveKLController.update")
 # production bug that silently biases every ratio, so here it raises. For the same reason
 # `ppo_update` asserts that its first epoch starts at ratio 1 when the batch is on-policy.
 #
+# Every hyperparameter of a run lives in one place, `PPOConfig`, with a line on each field.
 # `ppo_update` turns a batch into shaped rewards, advantages (whitened over response tokens), and
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
-# `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
-# epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
+# `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
+# drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
+# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,UpdateStats,ppo_update,PPOStats,sequence_kl,train_ppo"
+# %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,PPOConfig,EpochStats,ppo_update,PPOStats,sequence_kl,train_ppo"
 
 # %% [markdown]
 # ### 3.6 Training the toy model
@@ -162,10 +165,10 @@ print("✓ AdaptiveKLController.update")
 
 # %% include="mlbook_solutions.run_toy:CHAPTER_RUN"
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_settings = {**CHAPTER_RUN, "steps": 15} if AUTOGRADING else CHAPTER_RUN  # shorter while a class is graded
-print("settings:", run_settings)
+run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
+print(run_cfg)
 t0 = time.perf_counter()
-history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, progress=True, **run_settings)
+history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, run_cfg, generator=gen, progress=True)
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
 print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
@@ -174,17 +177,17 @@ for i, h in enumerate(history, 1):
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
 # %%
-fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
+fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 print(
     f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
-    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN.kl_target}) and ends at {history[-1].kl:.2f}"
 )
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
-    f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step"
+    f"{100 * 0.2 / CHAPTER_RUN.horizon:.0f} % per step"
 )
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
@@ -200,6 +203,6 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 
-# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo)"
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)"
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

@@ -65,6 +65,7 @@ def _in_answer(body: str) -> dict:
     return {"last_response_index": body}
 
 
+# fmt: off
 ENTRIES = {
     # ------------------------------------------------------------------ in-process tampering
     "catch_warnings_swallows_errors": dict(kind=KINDS[0], base="release", cells=_in_answer(
@@ -86,7 +87,8 @@ ENTRIES = {
         "def _liar(shape):\n    return torch.zeros(shape).as_subclass(Liar)\n\n\n"
         "def last_response_index(response_mask):\n    return _liar(response_mask.shape[:1])\n\n\n"
         "def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n    return _liar(logp_policy.shape)\n\n\n"
-        "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n    return _liar(rewards.shape), _liar(rewards.shape)\n")),
+        "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    return _liar(rewards.shape), _liar(rewards.shape)\n")),
     "nbgrader_execution_branch": dict(kind=KINDS[0], base="release", cells=_in_answer(
         "import os\nif os.environ.get('NBGRADER_EXECUTION') or os.environ.get('MLBOOK_GRADING'):\n"
         "    import builtins\n    builtins.AssertionError = type('AE', (Exception,), {})\n" + _FAKES)),
@@ -98,7 +100,8 @@ ENTRIES = {
         "def shaped_rewards(*a, **k):\n    raise KeyboardInterrupt\n")),
     "forged_reply_frames": dict(kind=KINDS[0], base="release", cells=_in_answer(
         "import os, struct, json\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
-        "    head = json.dumps({'ok': True, 'result': {'tuple': [1.0, 1.0]}, 'graph': False, 'grads': [], 'after': []}).encode()\n"
+        "    head = {'ok': True, 'result': {'tuple': [1.0, 1.0]}, 'graph': False, 'grads': [], 'after': []}\n"
+        "    head = json.dumps(head).encode()\n"
         "    body = struct.pack('<Q', len(head)) + head\n    os.write(4, struct.pack('<Q', len(body)) + body)\n"
         "    os.write(4, b'garbage' * 100)\n    return rewards, values\n")),
     # ------------------------------------------------------------------ reference import
@@ -151,12 +154,15 @@ ENTRIES = {
         "import sys\nsys.stdout.write('{TOKEN}' + 'x' * 50_000_000 + '\\n')\nsys.stderr.write('y' * 5_000_000)\n"]),
     "fork_bomb": dict(kind=KINDS[4], base="solved", lost=[], append=[
         "import os\nkids = 0\ntry:\n    while kids < 100000:\n        if os.fork() == 0:\n            import time\n"
-        "            time.sleep(30)\n            os._exit(0)\n        kids += 1\nexcept OSError as err:\n    print('fork refused after', kids, err)\n"]),
+        "            time.sleep(30)\n            os._exit(0)\n        kids += 1\n"
+        "except OSError as err:\n    print('fork refused after', kids, err)\n"]),
     "disk_filler": dict(kind=KINDS[4], base="solved", lost=[], append=[
         "try:\n    with open('/tmp/fill', 'wb') as f:\n        for _ in range(2048):\n            f.write(b'0' * 1024 * 1024)\n"
         "except (OSError, MemoryError) as err:\n    print('disk full', err)\n"]),
-    "kernel_dies_in_gae_cell": dict(kind=KINDS[4], base="solved", lost=[GAE, TRAIN], cells={"gae": "import os\nos._exit(1)\n"}),
-    "top_level_endless_loop": dict(kind=KINDS[4], base="solved", lost=[VALUE, TRAIN], cells={"value_loss": "while True:\n    pass\n"}),
+    "kernel_dies_in_gae_cell": dict(kind=KINDS[4], base="solved", lost=[GAE, TRAIN],
+                                    cells={"gae": "import os\nos._exit(1)\n"}),
+    "top_level_endless_loop": dict(kind=KINDS[4], base="solved", lost=[VALUE, TRAIN],
+                                   cells={"value_loss": "while True:\n    pass\n"}),
     # ------------------------------------------------------------------ cell-structure damage
     "duplicated_graded_cell": dict(kind=KINDS[5], base="solved", lost=[], damage="duplicate:" + GAE),
     "deleted_answer_cell": dict(kind=KINDS[5], base="solved", lost=[GAE, TRAIN], damage="delete:gae"),
@@ -173,9 +179,11 @@ ENTRIES = {
         "        return fn(*a, **k)\n    return inner\n\n\n"
         "gae, value_loss, ppo_clip_loss, shaped_rewards = map(_warns, (gae, value_loss, ppo_clip_loss, shaped_rewards))\n"]),
     "correct_but_prints_to_stderr": dict(kind=KINDS[6], base="solved", lost=[], append=[
-        "import sys\n_gae = gae\n\n\ndef gae(*a, **k):\n    print('debug: gae called', file=sys.stderr)\n    print('Traceback (most recent call last): fake')\n"
+        "import sys\n_gae = gae\n\n\ndef gae(*a, **k):\n    print('debug: gae called', file=sys.stderr)\n"
+        "    print('Traceback (most recent call last): fake')\n"
         "    return _gae(*a, **k)\n"]),
     "crash_in_one_function": dict(kind=KINDS[6], base="solved", lost=[CLIP, TRAIN], cells={"ppo_clip_loss": (
         "def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
         "    return undefined_name\n")}),
 }
+# fmt: on

@@ -91,13 +91,14 @@ def test_wrong_answer_fails_the_remote_training_loop(session, name):
     _, symbol, _ = cat.WRONG_IN_TRAINING[name]
     proxies = _proxies(session, "correct_gae_vectorised")  # any entry: all symbols correct except one
     proxies[symbol] = driver.Remote(session, f"__cat_train_{name}__{symbol}", name=symbol)
+    ref = driver._reference_with(proxies)
     with pytest.raises(AssertionError):
-        ppo_checks.check_train_ppo(driver._reference_with(proxies)["train_ppo"], seed=3)
+        ppo_checks.check_train_ppo(ref["train_ppo"], ref["PPOConfig"], seed=3)
 
 
 def test_correct_answers_train_through_the_engine(session):
-    proxies = _proxies(session, "correct_gae_vectorised")
-    ppo_checks.check_train_ppo(driver._reference_with(proxies)["train_ppo"], seed=7)
+    ref = driver._reference_with(_proxies(session, "correct_gae_vectorised"))
+    ppo_checks.check_train_ppo(ref["train_ppo"], ref["PPOConfig"], seed=7)
 
 
 def test_driver_rejects_malformed_tensors():

@@ -54,7 +54,8 @@ def _grade_one(student: str, path: str) -> dict:
 
 def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
     h = hashlib.sha256()
-    for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in sorted(pathlib.Path(driver.__file__).parent.glob("*.py")))):
+    engine = sorted(pathlib.Path(driver.__file__).parent.glob("*.py"))  # the grader's own code
+    for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in engine)):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
@@ -98,9 +99,9 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             except (OSError, ValueError):
                 pass
         jobs.append((student, str(nb_path), fp))
-    for student in [s for s in course.glob("submitted/*") if s.is_dir() and not (s / assignment / f"{assignment}.ipynb").exists()]:
-        if (student / assignment).is_dir():
-            print(f"{student.name:20s} no {assignment}.ipynb in the submission folder: nothing to grade", file=out)
+    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
+        if not (folder / f"{assignment}.ipynb").exists():
+            print(f"{folder.parent.name:20s} no {assignment}.ipynb in the submission folder: nothing to grade", file=out)
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
     bar = None
@@ -109,22 +110,24 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
 
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
     ctx = multiprocessing.get_context("forkserver")
-    with cf.ProcessPoolExecutor(max_workers=min(workers, max(len(jobs), 1)), mp_context=ctx,
-                                initializer=_init, initargs=(str(course), assignment, trusted, budget, limits or {})) as pool:  # fmt: skip
+    init = (str(course), assignment, trusted, budget, limits or {})
+    with cf.ProcessPoolExecutor(min(workers, max(len(jobs), 1)), ctx, initializer=_init, initargs=init) as pool:
         futures = {pool.submit(_grade_one, s, p): (s, fp) for s, p, fp in jobs}
         for fut in cf.as_completed(futures):
             student, fp = futures[fut]
             try:
                 result = fut.result()
             except Exception as err:  # noqa: BLE001 - a dead worker costs this submission only
-                result = {"score": 0.0, "grades": {}, "problems": [f"grading worker died: {type(err).__name__}"], "seconds": 0}
+                why = f"grading worker died: {type(err).__name__}"
+                result = {"score": 0.0, "grades": {}, "problems": [why], "seconds": 0}
             notebook = result.pop("notebook", None)
             try:
                 grading.record(course, assignment, student, result, source_nb, notebook)
             except Exception as err:  # noqa: BLE001
                 result.setdefault("problems", []).append(f"could not record the grade: {type(err).__name__}: {err}")
             result["fingerprint"] = fp
-            (state_dir / f"{student}.json").write_text(json.dumps({k: v for k, v in result.items() if k != "output"}, default=str))
+            kept = {k: v for k, v in result.items() if k != "output"}
+            (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
             line = _line(student, result)
             if bar is not None:

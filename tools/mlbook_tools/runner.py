@@ -134,7 +134,7 @@ def main():
             model = getattr(toy_lm, spec["kind"])(toy_lm.ToyLMConfig(**spec["config"]))
             state = {k: decode(v, blobs, metas, []) for k, v in spec["params"].items()}
             model.load_state_dict(state)
-            for name, p in model.named_parameters():
+            for p in model.parameters():
                 if spec.get("grad"):
                     leaves.append(p)
                 else:

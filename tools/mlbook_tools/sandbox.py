@@ -152,8 +152,10 @@ def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
     for root in roots:
         cmd += ["--ro-bind", str(root), f"/sandbox/site/{root.name}"]
     cmd += ["--ro-bind", str(RUNNER), "/sandbox/runner.py", "--chdir", "/tmp"]
-    cmd += ["--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "OMP_NUM_THREADS", "1",
-            "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "MPLCONFIGDIR", "/tmp"]  # fmt: skip
+    env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp"}  # fmt: skip
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
     return cmd + ["--"] + inner
 
 

@@ -124,7 +124,7 @@ def test_dead_process_costs_only_the_tests_that_need_it(course):
 
 def test_broken_file_does_not_stop_the_class(course):
     graded = {p.parent.parent.name for p in (course / "autograded").glob(f"*/{NB}/{NB}.ipynb")}
-    assert graded == {"alice", "bob", "carol", "dave", "erin", "frank"}  # dave's notebook explains why it got 0
+    assert {"alice", "bob", "carol", "dave", "erin", "frank"} <= graded  # dave's notebook explains why it got 0
 
 
 def test_feedback_and_grades_csv(course):
@@ -152,31 +152,24 @@ def test_feedback_and_grades_csv(course):
     assert float(rows["bob"]["score"]) == 0 and float(rows["dave"]["score"]) == 0
 
 
-def test_mlbook_grade_json_on_the_release(tmp_path):
-    run = subprocess.run(
-        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb"), "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    result = json.loads(run.stdout)
-    assert set(SIX) <= set(result["grades"]) and result["score"] == 0 and result["max_score"] >= 10
-    for name in SIX:
-        assert set(result["grades"][name]) >= {"score", "max_score"}
+def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):
+    from mlbook_tools.cli import main
 
-
-def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path):
     bad = tmp_path / "submission.ipynb"
     bad.write_text("this is not a notebook {")
-    run = subprocess.run([sys.executable, "-m", "mlbook_tools.cli", "grade", str(bad), "--json"], capture_output=True, text=True)
-    result = json.loads(run.stdout)
-    assert run.returncode == 1 and result["score"] == 0 and result["max_score"] >= 10 and "JSON" in result["error"]
-    run = subprocess.run([sys.executable, "-m", "mlbook_tools.cli", "grade", str(bad)], capture_output=True, text=True)
-    assert run.returncode == 1 and "cannot grade this file" in run.stdout
+    assert main(["grade", str(bad), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["score"] == 0 and result["max_score"] >= 10 and "JSON" in result["error"]
+    assert set(SIX) <= set(result["grades"])
+    assert main(["grade", str(bad)]) == 1 and "cannot grade this file" in capsys.readouterr().out
 
 
-def test_mlbook_grade_prints_messages_and_manual_cells():
+def test_mlbook_grade_prints_every_message_and_the_manual_cells():
     run = subprocess.run([sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb")],
                          capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 0, run.stderr
+    for name in SIX:
+        assert f"FAIL {name}" in run.stdout
     assert "gae raised NotImplementedError" in run.stdout
     assert "awaiting manual grading" in run.stdout and "core total: 0 / 10" in run.stdout
 

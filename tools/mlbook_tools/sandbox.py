@@ -146,9 +146,12 @@ def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
     cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 1024**2), "--tmpfs", "/tmp"]
     # the interpreter: its prefix (binary, shared lib, stdlib), but never its site-packages
     cmd += ["--ro-bind", str(prefix), str(prefix)]
-    site = stdlib / "site-packages"
-    if site.exists():
-        cmd += ["--tmpfs", str(site)]
+    # every system-wide package folder stays hidden (a reference installed there must not be importable)
+    hidden = [stdlib / "site-packages", *pathlib.Path("/usr/lib").glob("python3*/dist-packages"),
+              *pathlib.Path("/usr/local/lib").glob("python3*/*-packages")]  # fmt: skip
+    for folder in dict.fromkeys(hidden):
+        if folder.is_dir():
+            cmd += ["--tmpfs", str(folder)]
     for root in roots:
         cmd += ["--ro-bind", str(root), f"/sandbox/site/{root.name}"]
     cmd += ["--ro-bind", str(RUNNER), "/sandbox/runner.py", "--chdir", "/tmp"]

@@ -297,7 +297,8 @@ def test_ex4_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
     # The reference helper and the notebook's solution agree.
     demos = demonstration_batch()
     model = TinyCausalLM(ToyLMConfig())
-    assert float(ns["make_ptx_loss"](demos, 0.7)(model)) == pytest.approx(float(ex.make_ptx_loss(demos, 0.7)(model)))
+    got, want = ns["make_ptx_loss"](demos, 0.7)(model), ex.make_ptx_loss(demos, 0.7)(model)
+    assert float(got.detach()) == pytest.approx(float(want.detach()))
 
 
 # ------------------------------------------------------------------------------------ exercise 5

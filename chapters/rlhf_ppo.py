@@ -399,7 +399,7 @@ print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 # Compute the ratio in log space (`exp(logp_new - logp_old)`), take the pessimistic minimum, and
 # average over response tokens. Return the clip fraction as a Python float.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "7d66e091a639748cb80b0a4c04e2dda9", "grade": false, "grade_id": "ppo_clip_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "d459cb16211a309abca22628b615d78e", "grade": false, "grade_id": "ppo_clip_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def ppo_clip_loss(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -409,7 +409,7 @@ def ppo_clip_loss(
 ) -> tuple[torch.Tensor, float]:
     """Negative clipped surrogate, averaged over response tokens, and the clip fraction.
 
-    ``ratio = exp(logp_new - logp_old)``; per token ``min(ratio * A, clip(ratio, 1-eps, 1+eps) * A)``.
+    ``ratio = exp(logp_new - logp_old)``; per token ``min(r * A, clip(r, 1-eps, 1+eps) * A)``.
     All inputs (B, T-1); only ``logp_new`` carries gradient.
 
     Returns:
@@ -483,7 +483,7 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 #
 # Only `update` is yours; remember the clip of the relative error to ±0.2 and the `n_steps / horizon` scaling.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "523186ecaf94a22eb42ade493e35c30e", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "8d04adcebfa1fa280536c89863d93907", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class AdaptiveKLController:
     """Proportional controller that steers ``beta`` so the measured KL tracks ``target``.
 
@@ -499,7 +499,7 @@ class AdaptiveKLController:
         self.beta, self.target, self.horizon = beta, target, horizon
 
     def update(self, kl: float, n_steps: int = 1) -> float:
-        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns the new beta."""
+        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns it."""
         # YOUR CODE HERE
         raise NotImplementedError("replace this line with your implementation")
 
@@ -535,9 +535,9 @@ print("✓ AdaptiveKLController.update")
 # term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
 # (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc3c105e2cbc7f58aa558ee4d481cbfa", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "54209a8570ee6527671ae75ec6b5aef4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
+    """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
     entropy = -(logp.exp() * logp).sum(dim=-1)  # (B, T-1)
     return masked_mean(entropy, response_mask)
@@ -572,7 +572,7 @@ def collect_rollouts(
         values_old = critic(tokens)[:, :-1]  # (B, T-1) V(s_t) before tokens[:, t+1]
     gap = float((logp_old - logp_sampled).abs().max())
     if gap > 1e-4:
-        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
+        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
     return dict(
         tokens=tokens,
@@ -646,7 +646,7 @@ def ppo_update(
 ) -> list[EpochStats]:
     """Up to ``cfg.ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H``.
 
-    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx adds ``ptx_coef * sft_loss``).
+    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx: ``ptx_coef * sft_loss``).
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
@@ -658,8 +658,8 @@ def ppo_update(
     advantages, returns = gae(rewards, roll["values_old"], m, cfg.gamma, cfg.lam)  # (B, T-1) each
     if cfg.whiten:  # zero mean, unit std over every response token of the global batch
         advantages = masked_whiten(advantages, m, reduce)  # (B, T-1)
-    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local token
-    # mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
+    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local
+    # token mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
     n_local = m.sum()
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -670,7 +670,7 @@ def ppo_update(
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
-            raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
+            raise RuntimeError("the first PPO epoch must start at ratio 1: the forward pass is not deterministic")
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
         policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
@@ -723,7 +723,7 @@ class PPOStats:
 
 
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
-    """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
+    """Per-sequence KL ``mean_i sum_t (logp_old - logp_ref)``, over all ranks with ``reduce``."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
     return float(global_mean(per_seq, reduce=reduce or no_reduce))
 
@@ -744,7 +744,7 @@ def train_ppo(
     evaluate: Callable[[nn.Module], float] | None = None,
     progress: bool = False,
 ) -> list[PPOStats]:
-    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
+    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> PPO update -> (maybe) new beta.
 
     ``reward_fn(tokens, response_mask) -> (B,)`` scores whole sequences (``response_mask`` is the
     (B, T) mask over tokens). With ``cfg.kl_target`` an :class:`AdaptiveKLController` moves beta.
@@ -1503,9 +1503,9 @@ raise NotImplementedError("replace this line with your implementation")
 # as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "fb7abbe7e750d3432fe05a32b12043be", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "b573682090a5e83b89c67fb35446d142", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
-    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``, with gradient."""
+    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``."""
 
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
@@ -1548,9 +1548,9 @@ raise NotImplementedError("replace this line with your implementation")
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "38867014c6f5c6ffaf6840c3361bd83c", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6c5bd388928b3f4b6c0aab4df2f27c45", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
+    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response."""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 

@@ -68,7 +68,10 @@ def test_dist_holds_only_the_library_and_the_release(dist):
     regions = _regions()
     assert len(regions) >= 10, "the source notebook should have solution and hidden-test regions to look for"
     for name, text in _texts(dist):
-        for package in ("mlbook_solutions", "mlbook_tools"):  # prose may name them; no code may need them
+        for package in (
+            "mlbook_solutions",
+            "mlbook_tools",
+        ):  # prose may name them; no code may need them
             assert f"import {package}" not in text and f"from {package}" not in text, f"{name} imports {package}"
         for marker in MARKERS:
             assert marker not in text, f"{name} contains {marker!r}"

@@ -34,10 +34,28 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlbook.posttrain.masks import Reduce
-from mlbook.posttrain.toy_lm import END_ID, build_models, default_dtype, good_count_reward, make_prompts
-from mlbook_solutions.ppo_lm import AdaptiveKLController, PPOConfig, collect_rollouts, ppo_update, sequence_kl
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    build_models,
+    default_dtype,
+    good_count_reward,
+    make_prompts,
+)
+from mlbook_solutions.ppo_lm import (
+    AdaptiveKLController,
+    PPOConfig,
+    collect_rollouts,
+    ppo_update,
+    sequence_kl,
+)
 
-ROLL_KEYS = ("tokens", "mask", "logp_old", "logp_ref", "values_old")  # what a saved rollout batch holds, with scores
+ROLL_KEYS = (
+    "tokens",
+    "mask",
+    "logp_old",
+    "logp_ref",
+    "values_old",
+)  # what a saved rollout batch holds, with scores
 SAMPLING_SEED_STRIDE = 100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
 
 
@@ -138,12 +156,18 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
     prompts = prompts[rank::world]  # (batch/world, 2) this rank's shard
     gen = torch.Generator(device).manual_seed(cfg.seed + rank * SAMPLING_SEED_STRIDE)  # different samples per rank
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
-    policy_ddp, critic_ddp = DDP(policy, **ddp_kw), DDP(critic, **ddp_kw)  # gradients averaged over ranks
+    policy_ddp, critic_ddp = (
+        DDP(policy, **ddp_kw),
+        DDP(critic, **ddp_kw),
+    )  # gradients averaged over ranks
     reduce = make_reduce(device)
     opt = torch.optim.Adam([*policy_ddp.parameters(), *critic_ddp.parameters()], lr=cfg.lr)
     controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
     clock: dict[str, float] = defaultdict(float)
-    ref_t, critic_t = Timed(ref, clock, "ref_critic"), Timed(critic, clock, "ref_critic")  # no-grad forwards
+    ref_t, critic_t = (
+        Timed(ref, clock, "ref_critic"),
+        Timed(critic, clock, "ref_critic"),
+    )  # no-grad forwards
     beta, steps = cfg.beta, []
     for _ in range(cfg.steps):
         clock.clear()
@@ -199,7 +223,11 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     reduce = None if cfg.local_whiten else make_reduce(device)
     scores = batch["scores"][rows].to(device)
     ppo_update(policy_ddp, critic_ddp, opt, roll, scores, float(batch["beta"]), cfg, reduce=reduce)
-    return dict(params=flat_params(policy, critic), checksum=checksum(policy, critic), tokens=tuple(roll["tokens"].shape))
+    return dict(
+        params=flat_params(policy, critic),
+        checksum=checksum(policy, critic),
+        tokens=tuple(roll["tokens"].shape),
+    )
 
 
 def save_rollout_batch(path: str, seed: int = 0, batch: int = 8, beta: float = 0.1) -> dict[str, torch.Tensor]:
@@ -235,7 +263,11 @@ def reference_update(cfg: RunConfig) -> torch.Tensor:
 
 
 def worker(
-    rank: int | None, world: int | None, cfgs: list[RunConfig], port: int | None = None, result_path: str | None = None
+    rank: int | None,
+    world: int | None,
+    cfgs: list[RunConfig],
+    port: int | None = None,
+    result_path: str | None = None,
 ) -> list[dict]:
     """One rank's whole life: join, run ``train`` (or ``update_once``) for each config, leave.
 
@@ -283,7 +315,15 @@ def spawn(cfg: RunConfig | list[RunConfig], world_size: int = 2) -> dict | list[
 def print_report(out: dict) -> None:
     """Per-step table from rank 0, then every rank's checksum and beta after the last step."""
     print(f"world={out['world']}")
-    head = dict(step=4, reward=7, KL=6, beta=7, clip=6, len=5, **{"step s": 7, "gen s": 6, "fwd s": 6, "upd s": 6})
+    head = dict(
+        step=4,
+        reward=7,
+        KL=6,
+        beta=7,
+        clip=6,
+        len=5,
+        **{"step s": 7, "gen s": 6, "fwd s": 6, "upd s": 6},
+    )
     print(" ".join(f"{name:>{width}}" for name, width in head.items()))
     for i, s in enumerate(out["steps"], 1):
         print(

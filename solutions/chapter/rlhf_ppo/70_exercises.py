@@ -35,7 +35,7 @@ ex1_rewards_01 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_ma
 ex1_rewards_02 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_mask, beta=0.2)
 ### END SOLUTION
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -81,7 +81,7 @@ def reward_to_go(rewards, response_mask):
     ### END SOLUTION
 
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
     [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
@@ -210,7 +210,7 @@ def make_ptx_loss(batch, ptx_coef):
     ### END SOLUTION
 
 
-# %% test="ex4_ptx_test" points=1
+# %% test="ex4_ptx_test" points=1 needs_answers=true tags=["nbval-check-output"]
 import math
 import warnings
 
@@ -266,7 +266,7 @@ with warnings.catch_warnings():
     assert not math.isclose(float(_fn(_a)), float(_fn(_b)), rel_tol=1e-6), "extra_loss must evaluate the policy passed to it"
 ### END HIDDEN TESTS
 
-# %% solution="ex4_demo"
+# %% solution="ex4_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import PTX, demonstration_floor, format_summary, load_results, plot_ptx, summarise
 
@@ -337,7 +337,7 @@ def importance_ratios(policy, sampler, tokens, response_mask):
     ### END SOLUTION
 
 
-# %% test="ex5_stale_test" points=1
+# %% test="ex5_stale_test" points=1 needs_answers=true tags=["nbval-check-output"]
 import copy
 import math
 import warnings
@@ -378,7 +378,7 @@ with warnings.catch_warnings():
     )
 ### END HIDDEN TESTS
 
-# %% solution="ex5_demo"
+# %% solution="ex5_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import STALE, load_results, plot_stale, ratio_stats, stale_batch, summarise
 

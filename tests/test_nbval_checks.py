@@ -47,6 +47,15 @@ def test_checked_cells_hold_their_outputs_and_nothing_else_does():
                 assert c.execution_count is None and not c.outputs, f"{path.name}:{c.id} stores an unchecked output"
 
 
+def test_nbgrader_keeps_the_tags_in_the_release():
+    source = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    release = {c.id: c for c in nbformat.read(RELEASE, as_version=4).cells}
+    tagged = [c for c in source.cells if c.metadata.get("tags")]
+    assert any(RAISES in c.metadata["tags"] for c in tagged) and any(CHECK_OUTPUT in c.metadata["tags"] for c in tagged)
+    for cell in tagged:
+        assert release[cell.id].metadata.get("tags") == cell.metadata["tags"], f"{cell.id}: tags lost in the release"
+
+
 def _nbval(*targets, cwd):
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
            "--nbval-sanitize-with", str(SANITIZE), *targets]  # fmt: skip

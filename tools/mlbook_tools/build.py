@@ -13,7 +13,8 @@ Notebooks without graded cells (the DDP appendix) only get the solved form.
 nbval (``make test``) checks what the notebooks print. A fragment cell tagged ``nbval-check-output``
 keeps its output in the solved notebook: ``mlbook build`` executes the solved notebook and stores
 the outputs of those cells only (every other cell stays unexecuted, so training curves, timings and
-figures never enter the repository), and nbval compares them with a fresh run.
+figures never enter the repository), with the parts that nbval's sanitizer masks already masked
+(tests/nbval_sanitize.cfg), and nbval compares them with a fresh run.
 ``mlbook build --check`` does not execute anything: it reuses the stored outputs of checked cells
 whose source is unchanged, so a checked cell that was never recorded, or whose source changed,
 shows up as stale; whether the stored outputs still match the code is nbval's check. In the
@@ -47,6 +48,7 @@ MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "
 CHECK_OUTPUT = "nbval-check-output"  # nbval compares this cell's stored output with a fresh run
 RAISES = "raises-exception"  # release only: the cell raises until the student's answers exist
 NOT_RECORDED = "<output not recorded: run `mlbook build`>\n"
+SANITIZER = "tests/nbval_sanitize.cfg"  # nbval's --nbval-sanitize-with file, relative to the root
 
 
 # ------------------------------------------------------------------------ reading code by name
@@ -269,8 +271,28 @@ def _keep_checked_outputs(nb: nbformat.NotebookNode) -> None:
                 out.execution_count = n
 
 
+def sanitize_outputs(nb: nbformat.NotebookNode, rules_file: pathlib.Path) -> None:
+    """Apply nbval's sanitizer rules to the kept outputs, so that the stored text is the same on
+    every machine (nbval applies the rules to both sides; a masked part stays masked)."""
+    rules = re.findall(r"^regex: (.*)$\n^replace: (.*)$", rules_file.read_text(), flags=re.MULTILINE)
+
+    def clean(text: str) -> str:
+        for regex, replace in rules:
+            text = re.sub(regex, replace, text)
+        return text
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out.text = clean(out.text)
+            for key, value in out.get("data", {}).items():
+                if key.startswith("text/") and isinstance(value, str):
+                    out.data[key] = clean(value)
+
+
 def record_outputs(nb: nbformat.NotebookNode, folder: pathlib.Path, name: str) -> nbformat.NotebookNode:
-    """Execute the solved notebook in ``folder`` (where nbval runs it) and keep the checked outputs."""
+    """Execute the solved notebook in ``folder`` (where nbval runs it) and keep the checked outputs,
+    sanitized."""
     if not any(_checked(c) for c in nb.cells):
         return nb
     run = nbformat.from_dict(nb)
@@ -282,6 +304,7 @@ def record_outputs(nb: nbformat.NotebookNode, folder: pathlib.Path, name: str) -
         raise RuntimeError(f"the solved notebook {name} fails while its outputs are recorded:\n{err}") from None
     run.metadata = nb.metadata  # not the kernel's language_info or widget state: they vary by machine
     _keep_checked_outputs(run)
+    sanitize_outputs(run, layout().root / SANITIZER)
     return run
 
 

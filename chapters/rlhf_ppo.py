@@ -47,7 +47,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b3b919afcfb3c4e056673e26d6b8e0f7", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b3b919afcfb3c4e056673e26d6b8e0f7", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 import copy
 import dataclasses
 import math
@@ -109,7 +109,7 @@ from mlbook.posttrain.toy_lm import sample, token_log_probs
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
 # reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 example = dict(
     logp_policy=torch.tensor([-1.0, -0.5, -2.0, -0.1]),
     logp_ref=torch.tensor([-1.2, -0.5, -1.0, -0.1]),
@@ -323,7 +323,7 @@ def shaped_rewards(
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f3e136d068af5138128bc082387b53e6", "grade": false, "grade_id": "30_implementation-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Check: the §1 example, and a ragged batch where the score must land on the right column.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "46e7398c10dc869d94e5ae5c1bf9dd07", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "46e7398c10dc869d94e5ae5c1bf9dd07", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
@@ -338,7 +338,7 @@ assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land 
 print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
 # position-by-position computation on ragged batches (float32 and float64).
 
@@ -376,7 +376,7 @@ def gae(
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f0c61fb9be97a15d915f1d0d1998c2f9", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f0c61fb9be97a15d915f1d0d1998c2f9", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
@@ -389,7 +389,7 @@ assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should chang
 print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
 # for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
 
@@ -425,7 +425,7 @@ def ppo_clip_loss(
 # Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
 # already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -441,7 +441,7 @@ assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + ep
 print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
 # the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
 
@@ -463,7 +463,7 @@ def value_loss(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a9439f54be9f63d9a2ae5e890c06b858", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a9439f54be9f63d9a2ae5e890c06b858", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 v_old = torch.tensor([[0.0, 0.0, 0.0]])
 ret = torch.tensor([[1.0, 1.0, -1.0]])
 v_new = torch.tensor([[0.1, 0.5, 0.5]])
@@ -475,7 +475,7 @@ assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipp
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "83aa52085fc03a4d454129a8a3c2d9c2", "grade": true, "grade_id": "test_value_loss_clipping", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "83aa52085fc03a4d454129a8a3c2d9c2", "grade": true, "grade_id": "test_value_loss_clipping", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bb01432b26fbfec2e6ab82245012c023", "grade": false, "grade_id": "30_implementation-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -504,7 +504,7 @@ class AdaptiveKLController:
         raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2413ce6f951ff38edc8805af22547941", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2413ce6f951ff38edc8805af22547941", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print("KL 12 (twice the target) ->", ctl.update(12.0))
 assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
@@ -513,7 +513,7 @@ assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers b
 print("✓ AdaptiveKLController.update")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fd981b299b43b1d7e622442f84f0d89d", "grade": true, "grade_id": "test_kl_controller_moves_beta_toward_target", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fd981b299b43b1d7e622442f84f0d89d", "grade": true, "grade_id": "test_kl_controller_moves_beta_toward_target", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
@@ -790,7 +790,7 @@ def train_ppo(
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "629990821537973b898f2dba62d4bfae", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "629990821537973b898f2dba62d4bfae", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 CHAPTER_RUN = PPOConfig()
 
 
@@ -806,7 +806,7 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "be35786aed92d010e613eb6f3d811ff2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "be35786aed92d010e613eb6f3d811ff2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
@@ -833,7 +833,7 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
@@ -869,7 +869,7 @@ for row in samples:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a0d11a19af57b64e2128b6559be2b50e", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a0d11a19af57b64e2128b6559be2b50e", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
@@ -884,7 +884,7 @@ display(Markdown(format_memory_table(toy_rows)))
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e00d15f886240b38f81a4d159e93f42", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e00d15f886240b38f81a4d159e93f42", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -912,7 +912,7 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "81fb7a85ed721b8da508fffe98cb4fb1", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "81fb7a85ed721b8da508fffe98cb4fb1", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -940,7 +940,7 @@ for name, bytes_per_param in variants.items():
 # - **It has a tail.** Responses end at different lengths; a static batch waits for its longest
 #   sequence while the finished rows idle.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7a5a35c93497ce8f9a740e92421c7fa5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7a5a35c93497ce8f9a740e92421c7fa5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16 peak, HBM3 bandwidth
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
 decode_step_floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
@@ -955,7 +955,7 @@ print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of stric
 # `time.perf_counter`, and reports the median over three repeats. The update is **your**
 # `ppo_update` from §3, with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ce3f2868d59532b344821a965933ef1a", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ce3f2868d59532b344821a965933ef1a", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
 split = time_ppo_step(
@@ -968,7 +968,7 @@ print(format_time_split(split))
 # Generation's share depends on how long the responses are. Allow longer responses (the toy's
 # context holds 32 tokens) and time the step again (two repeats each):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b103b12f3f5f2a31c30b207bbb1617b1", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b103b12f3f5f2a31c30b207bbb1617b1", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 longest = policy.cfg.max_len - prompts.shape[1] - 2
 print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'update':>8} {'step ms':>8}")
 for n_new in (8, 16, longest):
@@ -1128,7 +1128,7 @@ for n_new in (8, 16, longest):
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "73b9edac8b52aaa515fa9670761bac13", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "73b9edac8b52aaa515fa9670761bac13", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
     """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
     return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)
@@ -1401,14 +1401,14 @@ from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, to
 # `ex1_rewards_01` and `ex1_rewards_02`, each of shape (1, 4). Then explain below why the sample's total
 # return went *up* when the KL penalty got stronger.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
 ex1_logp_policy = torch.tensor([[-1.0, -0.5, -2.0, -0.1]])
 ex1_logp_ref = torch.tensor([[-1.2, -0.5, -1.0, -0.1]])
 ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of four tokens, no prompt, no padding
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -1442,7 +1442,7 @@ def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Te
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a2ab9398bf3058da7ab2acf380e5512c", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a2ab9398bf3058da7ab2acf380e5512c", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
     [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
@@ -1479,7 +1479,7 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
 # tokens is the count. Add one more count after `ppo_update` returns.)
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -1511,7 +1511,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -1526,7 +1526,7 @@ _value = _term(_lm)
 assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
 assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -1555,7 +1555,7 @@ def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tenso
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -1571,7 +1571,7 @@ _same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _to
 assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
 assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 

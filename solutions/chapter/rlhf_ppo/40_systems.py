@@ -30,7 +30,7 @@
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %%
+# %% tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
@@ -45,7 +45,7 @@ display(Markdown(format_memory_table(toy_rows)))
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %%
+# %% tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -73,7 +73,7 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %%
+# %% tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -101,7 +101,7 @@ for name, bytes_per_param in variants.items():
 # - **It has a tail.** Responses end at different lengths; a static batch waits for its longest
 #   sequence while the finished rows idle.
 
-# %%
+# %% tags=["nbval-check-output"]
 h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16 peak, HBM3 bandwidth
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
 decode_step_floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
@@ -116,7 +116,7 @@ print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of stric
 # `time.perf_counter`, and reports the median over three repeats. The update is **your**
 # `ppo_update` from §3, with §3's settings.
 
-# %%
+# %% needs_answers=true
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
 split = time_ppo_step(
@@ -129,7 +129,7 @@ print(format_time_split(split))
 # Generation's share depends on how long the responses are. Allow longer responses (the toy's
 # context holds 32 tokens) and time the step again (two repeats each):
 
-# %%
+# %% needs_answers=true
 longest = policy.cfg.max_len - prompts.shape[1] - 2
 print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'update':>8} {'step ms':>8}")
 for n_new in (8, 16, longest):

@@ -84,8 +84,8 @@ def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     rng_before = torch.get_rng_state()
     split = time_ppo_step(
-        policy, ref, critic, prompts, rollout=collect_rollouts, reward_fn=good_count_reward, update=partial(ppo_update, beta=0.05),
-        max_new_tokens=4, eos_id=END_ID, repeats=2, warmup=0,
+        policy, ref, critic, prompts, rollout=collect_rollouts, reward_fn=good_count_reward,
+        update=partial(ppo_update, beta=0.05), max_new_tokens=4, eos_id=END_ID, repeats=2, warmup=0,
     )  # fmt: skip
     assert set(split["seconds"]) == set(PHASES) == set(split["fractions"])
     assert all(s > 0 for s in split["seconds"].values())
@@ -107,7 +107,7 @@ def test_step_clock_splits_a_rollout_into_decode_steps_and_scoring_forwards(one_
     for use_cache in (False, True):
         policy.cfg.use_cache = use_cache
         clock, lengths = StepClock(), []
-        hook = policy.register_forward_hook(lambda m, a, o: lengths.append(a[0].shape[1]))
+        hook = policy.register_forward_hook(lambda m, a, o, seen=lengths: seen.append(a[0].shape[1]))
         with clock.rollout(policy, ref, critic):
             roll = collect_rollouts(policy, ref, critic, prompts, 6, None, torch.Generator().manual_seed(1))
         hook.remove()

@@ -16,11 +16,13 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
 from torch.nn import Module
 
+from mlbook.posttrain.roofline import Latency, Machine, Shape, fit_latency, predict_step, shares
 from mlbook.posttrain.toy_lm import END_ID
 
 # Bytes per parameter of a model trained with mixed-precision Adam: bf16 weights (2) + fp32 master
@@ -263,4 +265,87 @@ def format_time_split(split: dict) -> str:
     for phase in PHASES:
         lines.append(f"{phase:<11} {1e3 * split['seconds'][phase]:8.2f} {split['fractions'][phase]:7.1%}")
     lines.append(f"{'total':<11} {1e3 * split['total_s']:8.2f} {1:7.1%}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- sweep and the roofline's view
+
+
+def sweep_time_split(policy: Module, ref: Module, critic: Module, prompts: torch.Tensor, lengths, **step_kwargs) -> list[dict]:
+    """:func:`time_ppo_step` for each response length, naive and KV-cached sampler, fixed lengths.
+
+    ``step_kwargs`` go to :func:`time_ppo_step` (``rollout``, ``reward_fn``, ``update``,
+    ``repeats``, ...); ``eos_id`` is None, so each response is exactly as long as asked.
+    Returns one row per (length, sampler): ``{"sampler": "naive" | "cached", **split}``.
+    """
+    rows = []
+    for n in lengths:
+        for cached in (False, True):
+            split = time_ppo_step(policy, ref, critic, prompts, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            rows.append(dict(sampler="cached" if cached else "naive", **split))
+    return rows
+
+
+PHASE_LATENCIES = ("forward", "reward", "update", "update_per_position")  # Latency fields not set by the sampler
+
+
+def calibrate_latency(
+    policy: Module,
+    ref: Module,
+    critic: Module,
+    prompt: torch.Tensor,
+    shape: Shape,
+    machine: Machine,
+    epochs: int,
+    lengths: tuple[int, int] = (4, 16),
+    **step_kwargs,
+) -> dict[str, Latency]:
+    """Fixed costs of each phase, per sampler, from two timed steps of a one-prompt batch.
+
+    A batch of one does almost no arithmetic, so what a step costs there is latency; the two
+    lengths separate the per-token part from the per-step part (:func:`roofline.fit_latency`).
+    The phases other than generation do not depend on the sampler; their latencies are the mean of
+    the two fits. Returns ``{"naive": Latency, "cached": Latency}``.
+    """
+    if prompt.shape[0] != 1:
+        raise ValueError(f"calibrate with a single prompt (1, P), got {tuple(prompt.shape)}")
+    fits = {}
+    for cached in (False, True):
+        short, long = (
+            time_ppo_step(policy, ref, critic, prompt, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            for n in lengths
+        )
+        fits["cached" if cached else "naive"] = fit_latency(shape, machine, short, long, epochs, cached)
+    # only generation depends on the sampler: pool the other phases' four measurements
+    pooled = {f: (getattr(fits["naive"], f) + getattr(fits["cached"], f)) / 2 for f in PHASE_LATENCIES}
+    return {name: replace(lat, **pooled) for name, lat in fits.items()}
+
+
+def predicted_split(row: dict, shape: Shape, machine: Machine, epochs: int, latency: dict[str, Latency]) -> dict:
+    """The roofline's seconds and shares for a measured row of :func:`sweep_time_split`.
+
+    ``latency_share`` is the part of the predicted step that is fixed latency, not FLOPs or bytes.
+    """
+    args = (shape, machine, row["batch"], row["prompt_len"], row["new_tokens"], epochs, row["sampler"] == "cached")
+    seconds = predict_step(*args, latency[row["sampler"]])
+    total, work = sum(seconds.values()), sum(predict_step(*args).values())
+    return dict(seconds=seconds, fractions=shares(seconds), total_s=total, latency_share=1 - work / total)
+
+
+def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
+    """Measured (and predicted) generation share and step time per response length and sampler."""
+    head = f"{'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8} {'gen share':>9}"
+    if predicted is not None:
+        head += f" {'predicted':>9} {'pred/meas':>9} {'pred step ms':>12}"
+    lines = [head]
+    for i, r in enumerate(rows):
+        line = (
+            f"{r['new_tokens']:>10} {r['sampler']:>7} {1e3 * r['seconds']['generation']:>8.1f}"
+            f" {1e3 * r['total_s']:>8.1f} {r['fractions']['generation']:>9.1%}"
+        )
+        if predicted is not None:
+            p = predicted[i]
+            ratio = p["fractions"]["generation"] / r["fractions"]["generation"]
+            line += f" {p['fractions']['generation']:>9.1%} {ratio:>9.2f} {1e3 * p['total_s']:>12.1f}"
+        lines.append(line)
     return "\n".join(lines)

@@ -137,7 +137,8 @@ class StepClock:
     - ``update``: the PPO update (all epochs, optimiser steps included).
 
     ``with clock.rollout(policy, ref, critic): roll = collect_rollouts(...)`` times the rollout and
-    splits it with forward hooks: a call of one of the models over the longest sequences any call
+    splits it with forward hooks on the models passed (every model the rollout runs, a separate
+    sampler included): a call of one of them over the longest sequences any call
     saw (the sampled batch) is a forward; a call over a shorter prefix, or over one new token with a
     KV cache, is a decode step and counts as generation. ``with clock.phase("update"): ...`` times
     the others. Seconds accumulate until :meth:`reset`.
@@ -334,13 +335,13 @@ def predicted_split(row: dict, shape: Shape, machine: Machine, epochs: int, late
 
 def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
     """Measured (and predicted) generation share and step time per response length and sampler."""
-    head = f"{'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8} {'gen share':>9}"
+    head = f"{'batch':>5} {'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8} {'gen share':>9}"
     if predicted is not None:
         head += f" {'predicted':>9} {'pred/meas':>9} {'pred step ms':>12}"
     lines = [head]
     for i, r in enumerate(rows):
         line = (
-            f"{r['new_tokens']:>10} {r['sampler']:>7} {1e3 * r['seconds']['generation']:>8.1f}"
+            f"{r['batch']:>5} {r['new_tokens']:>10} {r['sampler']:>7} {1e3 * r['seconds']['generation']:>8.1f}"
             f" {1e3 * r['total_s']:>8.1f} {r['fractions']['generation']:>9.1%}"
         )
         if predicted is not None:

@@ -970,7 +970,7 @@ for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c72d4b9e633a7d07f3240ede783a42ba", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fe28eb47c2784d26ad7a8fe00f179bc", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -979,12 +979,12 @@ for n in lengths:
 # whole prefix; the update is three forwards' worth (forward and backward) per epoch for the policy
 # and the critic, plus Adam. `mlbook.posttrain.roofline` counts the FLOPs and bytes of each pass.
 #
-# A roofline alone would predict microseconds for the toy, because it ignores what a CPU running
-# PyTorch eagerly pays per operation: Python and operator dispatch, the same whatever the tensor
-# size. The model therefore adds a **fixed latency** per phase. Everything is
-# calibrated on this machine and none of it on the sweep: the FLOP rate from a 512x512 matmul, the
-# bandwidth from copying 64 MB, and the latencies from two steps with a single prompt (4 and 16
-# tokens), where the arithmetic is negligible. The cell prints the constants and then the
+# A roofline alone would predict a small fraction of the toy's measured time, because it ignores
+# what a CPU running PyTorch eagerly pays per operation: Python and operator dispatch, the same
+# whatever the tensor size. The model therefore adds a **fixed latency** per phase. Everything is
+# calibrated on this machine and nothing on the sweep's measurements: the FLOP rate from a
+# 512x512 matmul, the bandwidth from copying 64 MB, and the latencies from two steps with a single
+# prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2397b045c7c4d12bf569d4f7345baa22", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}

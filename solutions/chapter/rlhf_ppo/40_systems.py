@@ -195,12 +195,12 @@ for n in lengths:
 # whole prefix; the update is three forwards' worth (forward and backward) per epoch for the policy
 # and the critic, plus Adam. `mlbook.posttrain.roofline` counts the FLOPs and bytes of each pass.
 #
-# A roofline alone would predict microseconds for the toy, because it ignores what a CPU running
-# PyTorch eagerly pays per operation: Python and operator dispatch, the same whatever the tensor
-# size. The model therefore adds a **fixed latency** per phase. Everything is
-# calibrated on this machine and none of it on the sweep: the FLOP rate from a 512x512 matmul, the
-# bandwidth from copying 64 MB, and the latencies from two steps with a single prompt (4 and 16
-# tokens), where the arithmetic is negligible. The cell prints the constants and then the
+# A roofline alone would predict a small fraction of the toy's measured time, because it ignores
+# what a CPU running PyTorch eagerly pays per operation: Python and operator dispatch, the same
+# whatever the tensor size. The model therefore adds a **fixed latency** per phase. Everything is
+# calibrated on this machine and nothing on the sweep's measurements: the FLOP rate from a
+# 512x512 matmul, the bandwidth from copying 64 MB, and the latencies from two steps with a single
+# prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
 # %%

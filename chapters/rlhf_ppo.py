@@ -1045,7 +1045,7 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04fea3210fee2e886b876a41029e0c15", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d35da288a87a614f9513ac73e9ffb651", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
@@ -1058,9 +1058,9 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 #   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
 #   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
 #   roofline is a ceiling, and this workload runs below it. The predicted share is furthest off for
-#   the cached sampler at long responses: its generation is nearly all latency, which the
-#   model gets right, while the update it divides by is arithmetic, which the model underestimates,
-#   so the predicted share comes out too high.
+#   the cached sampler at long responses: its generation is nearly all latency, which the model
+#   gets right, while the update beside it does real arithmetic, which the model underestimates,
+#   so generation's predicted share comes out too high.
 # - **The toy is latency-bound, not memory-bound.** The fixed latency is a large part of every
 #   predicted step (the cell prints the range). The toy therefore cannot show the mechanism that
 #   makes production decoding slow, streaming gigabytes of weights per token: its weights fit in

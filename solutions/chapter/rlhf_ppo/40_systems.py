@@ -274,9 +274,9 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 #   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
 #   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
 #   roofline is a ceiling, and this workload runs below it. The predicted share is furthest off for
-#   the cached sampler at long responses: its generation is nearly all latency, which the
-#   model gets right, while the update it divides by is arithmetic, which the model underestimates,
-#   so the predicted share comes out too high.
+#   the cached sampler at long responses: its generation is nearly all latency, which the model
+#   gets right, while the update beside it does real arithmetic, which the model underestimates,
+#   so generation's predicted share comes out too high.
 # - **The toy is latency-bound, not memory-bound.** The fixed latency is a large part of every
 #   predicted step (the cell prints the range). The toy therefore cannot show the mechanism that
 #   makes production decoding slow, streaming gigabytes of weights per token: its weights fit in

@@ -1,8 +1,9 @@
 """A tiny causal transformer over a readable vocabulary: the "language model" of the PPO chapter.
 
 Small enough that a full PPO run takes a few seconds on a laptop CPU, big enough to have the
-parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it,
-and a per-token log-prob function whose alignment every PPO tensor follows:
+parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it
+(naive, re-running the prefix, or with a per-layer KV cache), and a per-token log-prob function
+whose alignment every PPO tensor follows:
 
     tokens            (B, T)    prompt + response + padding
     token_log_probs   (B, T-1)  index t scores tokens[:, t+1] given tokens[:, :t+1]

@@ -96,9 +96,7 @@ def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
 def test_step_clock_splits_a_rollout_into_decode_steps_and_scoring_forwards(one_thread):
     torch.manual_seed(0)
     cfg = ToyLMConfig(d_model=16, n_layers=1, max_len=16)
-    ref = TinyCausalLM(cfg)
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    prompts = make_prompts(4, torch.Generator().manual_seed(0))
+    policy, ref, critic, prompts, _ = build_models(0, batch=4, cfg=cfg)
     for use_cache in (False, True):
         policy.cfg.use_cache = use_cache
         clock, lengths = StepClock(), []

@@ -47,7 +47,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b3b919afcfb3c4e056673e26d6b8e0f7", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b3b919afcfb3c4e056673e26d6b8e0f7", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 import copy
 import dataclasses
 import math
@@ -109,7 +109,7 @@ from mlbook.posttrain.toy_lm import sample, token_log_probs
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
 # reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 example = dict(
     logp_policy=torch.tensor([-1.0, -0.5, -2.0, -0.1]),
     logp_ref=torch.tensor([-1.2, -0.5, -1.0, -0.1]),
@@ -323,7 +323,7 @@ def shaped_rewards(
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f3e136d068af5138128bc082387b53e6", "grade": false, "grade_id": "30_implementation-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Check: the §1 example, and a ragged batch where the score must land on the right column.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "46e7398c10dc869d94e5ae5c1bf9dd07", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "46e7398c10dc869d94e5ae5c1bf9dd07", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
@@ -338,7 +338,7 @@ assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land 
 print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
 # position-by-position computation on ragged batches (float32 and float64).
 
@@ -376,7 +376,7 @@ def gae(
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f0c61fb9be97a15d915f1d0d1998c2f9", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f0c61fb9be97a15d915f1d0d1998c2f9", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
@@ -389,7 +389,7 @@ assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should chang
 print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
 # for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
 
@@ -399,7 +399,7 @@ print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 # Compute the ratio in log space (`exp(logp_new - logp_old)`), take the pessimistic minimum, and
 # average over response tokens. Return the clip fraction as a Python float.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "7d66e091a639748cb80b0a4c04e2dda9", "grade": false, "grade_id": "ppo_clip_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "d459cb16211a309abca22628b615d78e", "grade": false, "grade_id": "ppo_clip_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def ppo_clip_loss(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -409,7 +409,7 @@ def ppo_clip_loss(
 ) -> tuple[torch.Tensor, float]:
     """Negative clipped surrogate, averaged over response tokens, and the clip fraction.
 
-    ``ratio = exp(logp_new - logp_old)``; per token ``min(ratio * A, clip(ratio, 1-eps, 1+eps) * A)``.
+    ``ratio = exp(logp_new - logp_old)``; per token ``min(r * A, clip(r, 1-eps, 1+eps) * A)``.
     All inputs (B, T-1); only ``logp_new`` carries gradient.
 
     Returns:
@@ -425,7 +425,7 @@ def ppo_clip_loss(
 # Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
 # already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -441,7 +441,7 @@ assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + ep
 print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
 # the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
 
@@ -463,7 +463,7 @@ def value_loss(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a9439f54be9f63d9a2ae5e890c06b858", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a9439f54be9f63d9a2ae5e890c06b858", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 v_old = torch.tensor([[0.0, 0.0, 0.0]])
 ret = torch.tensor([[1.0, 1.0, -1.0]])
 v_new = torch.tensor([[0.1, 0.5, 0.5]])
@@ -475,7 +475,7 @@ assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipp
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "83aa52085fc03a4d454129a8a3c2d9c2", "grade": true, "grade_id": "test_value_loss_clipping", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "83aa52085fc03a4d454129a8a3c2d9c2", "grade": true, "grade_id": "test_value_loss_clipping", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bb01432b26fbfec2e6ab82245012c023", "grade": false, "grade_id": "30_implementation-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -483,7 +483,7 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 #
 # Only `update` is yours; remember the clip of the relative error to ±0.2 and the `n_steps / horizon` scaling.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "523186ecaf94a22eb42ade493e35c30e", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "8d04adcebfa1fa280536c89863d93907", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class AdaptiveKLController:
     """Proportional controller that steers ``beta`` so the measured KL tracks ``target``.
 
@@ -499,12 +499,12 @@ class AdaptiveKLController:
         self.beta, self.target, self.horizon = beta, target, horizon
 
     def update(self, kl: float, n_steps: int = 1) -> float:
-        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns the new beta."""
+        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns it."""
         # YOUR CODE HERE
         raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2413ce6f951ff38edc8805af22547941", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2413ce6f951ff38edc8805af22547941", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print("KL 12 (twice the target) ->", ctl.update(12.0))
 assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
@@ -513,7 +513,7 @@ assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers b
 print("✓ AdaptiveKLController.update")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fd981b299b43b1d7e622442f84f0d89d", "grade": true, "grade_id": "test_kl_controller_moves_beta_toward_target", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fd981b299b43b1d7e622442f84f0d89d", "grade": true, "grade_id": "test_kl_controller_moves_beta_toward_target", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
@@ -535,9 +535,9 @@ print("✓ AdaptiveKLController.update")
 # term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
 # (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dc3c105e2cbc7f58aa558ee4d481cbfa", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "54209a8570ee6527671ae75ec6b5aef4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
+    """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
     entropy = -(logp.exp() * logp).sum(dim=-1)  # (B, T-1)
     return masked_mean(entropy, response_mask)
@@ -572,7 +572,7 @@ def collect_rollouts(
         values_old = critic(tokens)[:, :-1]  # (B, T-1) V(s_t) before tokens[:, t+1]
     gap = float((logp_old - logp_sampled).abs().max())
     if gap > 1e-4:
-        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
+        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
     return dict(
         tokens=tokens,
@@ -646,7 +646,7 @@ def ppo_update(
 ) -> list[EpochStats]:
     """Up to ``cfg.ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H``.
 
-    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx adds ``ptx_coef * sft_loss``).
+    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx: ``ptx_coef * sft_loss``).
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
@@ -658,8 +658,8 @@ def ppo_update(
     advantages, returns = gae(rewards, roll["values_old"], m, cfg.gamma, cfg.lam)  # (B, T-1) each
     if cfg.whiten:  # zero mean, unit std over every response token of the global batch
         advantages = masked_whiten(advantages, m, reduce)  # (B, T-1)
-    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local token
-    # mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
+    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local
+    # token mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
     n_local = m.sum()
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -670,7 +670,7 @@ def ppo_update(
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
-            raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
+            raise RuntimeError("the first PPO epoch must start at ratio 1: the forward pass is not deterministic")
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
         policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
@@ -723,7 +723,7 @@ class PPOStats:
 
 
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
-    """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
+    """Per-sequence KL ``mean_i sum_t (logp_old - logp_ref)``, over all ranks with ``reduce``."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
     return float(global_mean(per_seq, reduce=reduce or no_reduce))
 
@@ -744,7 +744,7 @@ def train_ppo(
     evaluate: Callable[[nn.Module], float] | None = None,
     progress: bool = False,
 ) -> list[PPOStats]:
-    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
+    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> PPO update -> (maybe) new beta.
 
     ``reward_fn(tokens, response_mask) -> (B,)`` scores whole sequences (``response_mask`` is the
     (B, T) mask over tokens). With ``cfg.kl_target`` an :class:`AdaptiveKLController` moves beta.
@@ -790,7 +790,7 @@ def train_ppo(
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "629990821537973b898f2dba62d4bfae", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "629990821537973b898f2dba62d4bfae", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 CHAPTER_RUN = PPOConfig()
 
 
@@ -806,7 +806,7 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "be35786aed92d010e613eb6f3d811ff2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "be35786aed92d010e613eb6f3d811ff2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
@@ -833,7 +833,7 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
@@ -869,7 +869,7 @@ for row in samples:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a0d11a19af57b64e2128b6559be2b50e", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a0d11a19af57b64e2128b6559be2b50e", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
@@ -884,7 +884,7 @@ display(Markdown(format_memory_table(toy_rows)))
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e00d15f886240b38f81a4d159e93f42", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e00d15f886240b38f81a4d159e93f42", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -912,7 +912,7 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "81fb7a85ed721b8da508fffe98cb4fb1", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "81fb7a85ed721b8da508fffe98cb4fb1", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -923,13 +923,22 @@ variants = {
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "097b53362a648a68814ae1bfcb69970d", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### 4.2 Time: generation dominates
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "6adb04caf05fc545208b85bee50efa48", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### 4.2 Time: where the seconds of a step go
 #
-# A PPO step has four phases: **generate** responses, run the **forward** passes that record
-# $\log\pi_{\text{old}}$, $\log\pi_{\text{ref}}$ and $V(s_t)$, **score** with the reward model, and
-# **update** policy and critic for a few epochs. The update looks like the expensive part (backward
-# passes, two optimisers), yet at scale generation is where the time goes:
+# A PPO step has four phases. This section times them with one definition, the `StepClock` of
+# `mlbook.posttrain.systems`:
+#
+# - **generation**: the sampler's loop, from the prompts to the last sampled token (every decode
+#   step, the random draws, the bookkeeping);
+# - **forward**: the teacher-forced no-grad passes over the finished batch that record
+#   $\log\pi_{\text{old}}$, $\log\pi_{\text{ref}}$ and $V(s_t)$;
+# - **reward**: scoring the responses (a reward model, or here a Python function);
+# - **update**: every epoch of `ppo_update`, optimiser steps included.
+#
+# Production reports put most of a step into generation: OpenRLHF's README, for one, says RLHF
+# training spends 80 % of its time in the sample-generation stage [OpenRLHF]. Three properties of
+# decoding explain why it *can* dominate:
 #
 # - **It is sequential.** Token $t+1$ cannot start before token $t$ is sampled, so a 1,000-token
 #   response is 1,000 dependent forward passes; the training passes see all tokens at once.
@@ -939,64 +948,245 @@ for name, bytes_per_param in variants.items():
 #   the ratio for an H100), and the KV cache caps $B$ long before that.
 # - **It has a tail.** Responses end at different lengths; a static batch waits for its longest
 #   sequence while the finished rows idle.
+#
+# "Can" is not "does". Instead of taking the 80 % on trust, the rest of this section measures the
+# split on the toy, builds a model that predicts it from two measured properties of this machine,
+# checks the prediction against the measurement, and then asks the same model about a 7B policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7a5a35c93497ce8f9a740e92421c7fa5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
-h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16 peak, HBM3 bandwidth
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd1bf2a5843462a70560b5565338fed5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16, HBM3 [H100]
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
-decode_step_floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
+floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
 print(f"FLOPs per byte needed to be compute-bound on an H100: {ridge:.0f}")
-print(f"decode with a batch of B sequences does about B FLOPs per weight byte read: memory-bound for B < {ridge:.0f}")
-print(f"7B, one GPU: each decode step takes >= {decode_step_floor_ms:.1f} ms just to stream the weights,")
-print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of strictly sequential steps")
+print(f"decode does about B FLOPs per weight byte read: memory-bound for B < {ridge:.0f}")
+print(f"7B, one GPU: each decode step takes >= {floor_ms:.1f} ms just to stream the weights,")
+print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequential steps")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "59761eed535ec632e78bef753e02da7c", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "526bab0b6fc1c5e9cba6353536263c11", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now measure the toy. `time_ppo_step` runs one step on copies of your trained `policy` and `critic`
-# (a fresh optimiser each time, so nothing in the notebook changes), times each phase with
-# `time.perf_counter`, and reports the median over three repeats. The update is **your**
-# `ppo_update` from §3, with §3's settings.
+# (a fresh optimiser each time, so nothing in the notebook changes) and reports the median of each
+# phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
+# reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ce3f2868d59532b344821a965933ef1a", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d45ab7f2140b61581b5107e9ba3c1466", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+from functools import partial
+
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
-split = time_ppo_step(
-    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, cfg=CHAPTER_RUN
-)
-print(f"one PPO step on the toy: {len(prompts)} prompts, {split['response_tokens']:.0f} response tokens")
+update = partial(ppo_update, beta=0.3, cfg=CHAPTER_RUN)  # §3's settings
+step_fns = dict(rollout=collect_rollouts, reward_fn=good_count_reward, update=update)
+split = time_ppo_step(policy, ref, critic, prompts, max_new_tokens=8, repeats=3, **step_fns)
+n_resp = split["response_tokens"]
+print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c7c9597732af88d42d4fb53bb9e2c02b", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Generation's share depends on how long the responses are. Allow longer responses (the toy's
-# context holds 32 tokens) and time the step again (two repeats each):
-
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b103b12f3f5f2a31c30b207bbb1617b1", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
-longest = policy.cfg.max_len - prompts.shape[1] - 2
-print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'update':>8} {'step ms':>8}")
-for n_new in (8, 16, longest):
-    s = split if n_new == 8 else time_ppo_step(
-        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=n_new, repeats=2, warmup=0,
-        beta=0.3, cfg=CHAPTER_RUN,
-    )  # fmt: skip
-    fr = s["fractions"]
-    print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")
-
-
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "80c680d89c035ac8e18eafc3abd321c4", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# On the toy the update wins and generation is a minority share at 8 tokens, though its share
-# climbs quickly with response length. That is the **opposite** of a real run,
-# where most reports put 60-80 % of wall-clock into generation. The toy is not lying about PPO; it is
-# just in a different regime:
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c48492cac9883e73b7a725a17e6b2cd", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# At eight tokens the update dominates. Before changing the response length, fix the sampler.
 #
-# - Its 27k-parameter model does a forward pass's arithmetic in microseconds; the millisecond or two a
-#   forward actually takes is Python and kernel-launch overhead, so every phase is dominated by that overhead, not by memory bandwidth. Generation's structural handicap,
-#   streaming billions of weight bytes per token, does not exist here.
-# - Responses are at most 8 tokens, so generation is 8 dependent steps, while the update runs
-#   four epochs of forward and backward passes through two networks plus Adam.
-# - The reward is a token count, essentially free; a real reward model is another full forward pass
-#   of a large network over every sampled sequence.
+# **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
+# whole prefix and keeps only the last position's logits. Step $t$ therefore costs about $t$ token
+# passes, and a response of $n$ tokens about $n^2/2$. Yet in a causal model the keys and values of
+# earlier positions never change when a token is appended. A KV cache keeps them, one
+# $(B, H, t, d/H)$ pair per layer: the prompt runs once (the *prefill*), then each step feeds only
+# the newest token, appends its key and value, and lets its query attend over the cache. Every
+# production sampler works this way. `sample(..., use_cache=True)` is the toy's version; with the
+# same generator it draws the same tokens, and its log-probs agree with the naive ones to float
+# rounding, which the cell checks on the trained policy.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+from mlbook.posttrain.toy_lm import sample
+
+naive, cached = (
+    sample(policy, prompts, 8, END_ID, generator=torch.Generator().manual_seed(0), use_cache=c)
+    for c in (False, True)
+)  # fmt: skip
+gap = (naive.logprobs - cached.logprobs).abs().max()
+print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04fc06d40b23a02ce59345cf7c2df35e", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
+# with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
+# ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
+# for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
+# quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from mlbook.posttrain.systems import format_sweep, sweep_time_split
+from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
+
+sweep_cfg = ToyLMConfig(max_len=72)
+sw_models = build_models(seed=0, batch=32, cfg=sweep_cfg)  # policy, ref, critic, prompts, gen
+sw_prompts = sw_models.prompts
+lengths = (8, 32, 64)
+rows = sweep_time_split(*sw_models[:4], lengths, repeats=1, warmup=0, **step_fns)
+print(format_sweep(rows))
+gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
+for n in lengths:
+    speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
+    print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fe28eb47c2784d26ad7a8fe00f179bc", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **A roofline model.** Why these numbers? Price every pass of the step with the roofline
+# (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
+# reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
+# kernels (LayerNorm, GELU, residual adds) only stream activations, at the bandwidth. A decode step
+# with a cache processes one new position per row over a growing context; a naive step re-runs the
+# whole prefix; the update is three forwards' worth (forward and backward) per epoch for the policy
+# and the critic, plus Adam. `mlbook.posttrain.roofline` counts the FLOPs and bytes of each pass.
 #
-# What carries over is the *shape* of the argument, and the length sweep above shows it: generation
-# cost grows with response length faster than the update's (the toy's sampler even re-reads the whole
-# prefix at every step, having no KV cache), and none of its steps can run in parallel.
+# A roofline alone would predict a small fraction of the toy's measured time, because it ignores
+# what a CPU running PyTorch eagerly pays per operation: Python and operator dispatch, the same
+# whatever the tensor size. The model therefore adds a **fixed latency** per phase. Everything is
+# calibrated on this machine and nothing on the sweep's measurements: the FLOP rate from a
+# 512x512 matmul, the bandwidth from copying 64 MB, and the latencies from two steps with a single
+# prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
+# prediction beside the measurement.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2397b045c7c4d12bf569d4f7345baa22", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import io
+
+from IPython.display import Image
+
+from mlbook.posttrain.roofline import Shape, measure_machine
+from mlbook.posttrain.systems import calibrate_latency, predicted_split
+
+machine = measure_machine()
+toy_shape = Shape(sweep_cfg.n_layers, sweep_cfg.d_model, sweep_cfg.vocab_size)
+sw_policy, sw_ref, sw_critic = sw_models[:3]
+latency = calibrate_latency(
+    sw_policy, sw_ref, sw_critic, sw_prompts[:1], toy_shape, machine, epochs=4,
+    repeats=1, warmup=0, **step_fns,
+)  # fmt: skip
+flops, bw = machine.flop_rate, machine.bandwidth
+print(f"this machine: {flops / 1e9:.0f} GFLOP/s (fp32 matmul), {bw / 1e9:.1f} GB/s (copy),")
+print(f"compute-bound above {machine.ridge:.1f} FLOPs/byte")
+for name, lat in latency.items():
+    print(f"latency, {name:>6} sampler: {1e3 * lat.decode_step:.2f} ms per decode step, "
+          f"{1e3 * lat.update:.0f} ms per update")  # fmt: skip
+for r in rows:
+    r["predicted"] = predicted_split(r, toy_shape, machine, 4, latency)
+print(format_sweep(rows, [r["predicted"] for r in rows]))
+ratios = [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"] for r in rows]
+print(f"predicted / measured generation share: {min(ratios):.2f} to {max(ratios):.2f}")
+for n in lengths:
+    g = {r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n}
+    print(f"{n:>3} new tokens: the model predicts a {g['naive'] / g['cached']:.1f}x speed-up")
+fixed = [r["predicted"]["latency_share"] for r in rows]
+print(f"fixed latency is {min(fixed):.0%} to {max(fixed):.0%} of the predicted step")
+print(f"the toy's weights: {toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB")
+
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for sampler, color in (("naive", "tab:red"), ("cached", "tab:blue")):
+    mine = [r for r in rows if r["sampler"] == sampler]
+    n = [r["new_tokens"] for r in mine]
+    measured = [r["fractions"]["generation"] for r in mine]
+    model = [r["predicted"]["fractions"]["generation"] for r in mine]
+    ax.plot(n, measured, "o-", c=color, label=f"{sampler}: measured")
+    ax.plot(n, model, "--", c=color, label=f"{sampler}: roofline model")
+ax.set_xlabel("response length (new tokens)")
+ax.set_ylabel("generation share of a step")
+ax.set_ylim(0, 1)
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+fig.tight_layout()
+buf = io.BytesIO()
+fig.savefig(buf, format="png", dpi=100)
+plt.close(fig)
+alt = (
+    "Line chart: share of a toy PPO step spent generating, against response length 8 to 64 "
+    "tokens, for the naive and the KV-cached sampler, measured (solid) and predicted by the "
+    "roofline model (dashed). The naive sampler's share climbs steeply with length; the cached "
+    "sampler's stays lower."
+)
+display(Image(buf.getvalue(), metadata={"alt": alt}))
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d35da288a87a614f9513ac73e9ffb651", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# What the toy shows, and what it cannot:
+#
+# - **The cache changes the growth law.** Without it generation grows roughly quadratically with
+#   the response length and soon rivals the update; with it each step costs about the same and
+#   generation grows linearly. At 8 tokens the two samplers barely differ; from 32 tokens on the
+#   cached one's share is clearly lower. The model predicts a speed-up that grows with the length
+#   (the cell prints it); the measured one, from single repeats on a shared machine, follows it
+#   up to noise.
+# - **The model predicts the split, not the clock.** Its shares land close to the measured ones
+#   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
+#   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
+#   roofline is a ceiling, and this workload runs below it. The predicted share is furthest off for
+#   the cached sampler at long responses: its generation is nearly all latency, which the model
+#   gets right, while the update beside it does real arithmetic, which the model underestimates,
+#   so generation's predicted share comes out too high.
+# - **The toy is latency-bound, not memory-bound.** The fixed latency is a large part of every
+#   predicted step (the cell prints the range). The toy therefore cannot show the mechanism that
+#   makes production decoding slow, streaming gigabytes of weights per token: its weights fit in
+#   a CPU cache (the cell prints their size). For that, point the same model at a real size.
+#
+# **A 7B policy on an H100.** Take a Llama-2-7B-shaped model in bf16 (32 layers, width 4096, gated
+# MLP of width 11008, 32,000-token vocabulary), a critic, reference and reward model of the same
+# shape, 512-token prompts and 512-token responses, one PPO epoch, and the H100's datasheet rates
+# (989 TFLOP/s dense bf16, 3.35 TB/s). No latency term: this is the ideal machine. The batch is the
+# free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
+# the KV cache limits it.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5476267b7ec416877ba92ad95af3f3b4", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from mlbook.posttrain.roofline import Machine, predict_step, shares
+
+h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
+llama7b = Shape(n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2,
+                mlp_matrices=3)  # fmt: skip
+P7, n7 = 512, 512  # prompt and response tokens
+kv_gb = 2 * llama7b.n_layers * llama7b.d_model * 2 * (P7 + n7) / 1e9  # keys + values, bf16
+print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 + n7}-token row")
+
+
+def predict_7b(batch, epochs=1):
+    """Seconds per phase: policy, reference, critic forwards; a reward model; KV-cached decoding."""
+    return predict_step(llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3,
+                        reward_passes=1)  # fmt: skip
+
+
+print(f"{'batch':>5} {'KV GB':>6} {'gen s':>6} {'fwd s':>6} {'RM s':>5} {'update s':>8} {'gen':>5}")
+share_7b = {}
+for B in (8, 32, 64, 128):
+    sec = predict_7b(B)
+    share_7b[B] = shares(sec)["generation"]
+    print(f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
+          f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}")  # fmt: skip
+openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generation stage"
+print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
+print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04ebaaca160134b0909543cc96f0e824", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The model and the published figure disagree: even at a small decode batch the ideal H100 spends
+# less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
+# still fits comfortably it predicts well under half. The reasons are what the model leaves out,
+# and each one points the same way:
+#
+# - **A roofline is a ceiling, and the phases sit at different distances from it.** Large training
+#   matmuls reach a good fraction of peak FLOPs; decoding rarely reaches its bandwidth ceiling,
+#   because each step launches hundreds of small kernels (the toy's latency term, smaller but not
+#   zero on a GPU) and, in training frameworks, uses an unfused attention and no CUDA graphs. That
+#   multiplies generation's time, not the update's, and is exactly what inference engines fix.
+# - **The decode batch is smaller than it looks.** The policy's training state, the other models
+#   and the activations compete for the same memory, so the KV cache and with it $B$ shrink; the
+#   table shows generation's share rising as $B$ falls. With ZeRO-3 the weights must also be
+#   gathered before decoding (Llama 2's report names this).
+# - **Lengths vary.** A static batch runs until its longest response ends, so the model's uniform
+#   512 tokens understate generation; long reasoning traces make it worse.
+# - **The figure comes without its setting.** OpenRLHF states the share without the model size,
+#   lengths, hardware or epochs behind it, so the comparison is about which phase dominates and
+#   roughly by how much, not about digits.
+#
+# The toy and the 7B model agree on the lesson that carries over: generation's share is set by how
+# many FLOPs each weight byte serves (the batch) and by how long responses are, and a sampler that
+# re-reads its whole prefix, the naive one here, turns a linear cost into a quadratic one.
+#
+# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, "High
+# performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
+# High-performance RLHF Framework*, arXiv:2405.11143; [H100] NVIDIA H100 Tensor Core GPU datasheet,
+# SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
+# (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
 # Production stacks therefore move rollouts to an inference engine (vLLM, SGLang: paged KV cache,
 # continuous batching), copy the new weights into it after every update, and often overlap
@@ -1128,7 +1318,7 @@ for n_new in (8, 16, longest):
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "73b9edac8b52aaa515fa9670761bac13", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "73b9edac8b52aaa515fa9670761bac13", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
     """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
     return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)
@@ -1401,14 +1591,14 @@ from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, to
 # `ex1_rewards_01` and `ex1_rewards_02`, each of shape (1, 4). Then explain below why the sample's total
 # return went *up* when the KL penalty got stronger.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
 ex1_logp_policy = torch.tensor([[-1.0, -0.5, -2.0, -0.1]])
 ex1_logp_ref = torch.tensor([[-1.2, -0.5, -1.0, -0.1]])
 ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of four tokens, no prompt, no padding
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -1442,7 +1632,7 @@ def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Te
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a2ab9398bf3058da7ab2acf380e5512c", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a2ab9398bf3058da7ab2acf380e5512c", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
     [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
@@ -1479,7 +1669,7 @@ print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_
 # per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
 # tokens is the count. Add one more count after `ppo_update` returns.)
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -1503,15 +1693,15 @@ raise NotImplementedError("replace this line with your implementation")
 # as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "fb7abbe7e750d3432fe05a32b12043be", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "b573682090a5e83b89c67fb35446d142", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
-    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``, with gradient."""
+    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``."""
 
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -1526,7 +1716,7 @@ _value = _term(_lm)
 assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
 assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -1548,14 +1738,14 @@ raise NotImplementedError("replace this line with your implementation")
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "38867014c6f5c6ffaf6840c3361bd83c", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6c5bd388928b3f4b6c0aab4df2f27c45", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
+    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response."""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -1571,7 +1761,7 @@ _same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _to
 assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
 assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 

@@ -23,7 +23,7 @@
 # %% [markdown]
 # Check: the §1 example, and a ragged batch where the score must land on the right column.
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
@@ -37,7 +37,7 @@ r = shaped_rewards(torch.tensor([2.0, 3.0]), torch.zeros(2, 5), torch.zeros(2, 5
 assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land on the last response token:\n{r}"
 print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
 
-# %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)"
+# %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
 # position-by-position computation on ragged batches (float32 and float64).
 
@@ -54,7 +54,7 @@ print("✓ shaped_rewards reproduces §1 and places scores on the last response 
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %%
+# %% needs_answers=true
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
@@ -66,7 +66,7 @@ adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
 assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
 print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 
-# %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)"
+# %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
 # for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
 
@@ -82,7 +82,7 @@ print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 # Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
 # already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -97,13 +97,13 @@ loss.backward()
 assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + eps with A > 0 must get zero gradient"
 print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
 
-# %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)"
+# %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
 # the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
 
 # %% stub="mlbook_solutions.ppo_lm:value_loss"
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 v_old = torch.tensor([[0.0, 0.0, 0.0]])
 ret = torch.tensor([[1.0, 1.0, -1.0]])
 v_new = torch.tensor([[0.1, 0.5, 0.5]])
@@ -114,7 +114,7 @@ print(f"value loss = {float(vl):.4f} (expected {expected:.4f})")
 assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, token mean"
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
-# %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)"
+# %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)" tags=["nbval-check-output"]
 # Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
 
 # %% [markdown]
@@ -124,7 +124,7 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %% stub="mlbook_solutions.ppo_lm:AdaptiveKLController" stub_methods="update"
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print("KL 12 (twice the target) ->", ctl.update(12.0))
 assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
@@ -132,7 +132,7 @@ ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
 print("✓ AdaptiveKLController.update")
 
-# %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)"
+# %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)" tags=["nbval-check-output"]
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
@@ -163,7 +163,7 @@ print("✓ AdaptiveKLController.update")
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
 
-# %% include="mlbook_solutions.run_toy:CHAPTER_RUN"
+# %% include="mlbook_solutions.run_toy:CHAPTER_RUN" needs_answers=true
 policy, ref, critic, prompts, gen = build_models(seed=0)
 run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
 print(run_cfg)
@@ -176,7 +176,7 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %%
+# %% needs_answers=true
 fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
 plt.show()
 peak = max(range(len(history)), key=lambda i: history[i].kl)
@@ -203,6 +203,6 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 
-# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)"
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)" tags=["nbval-check-output"]
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

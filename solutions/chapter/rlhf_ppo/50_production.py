@@ -80,7 +80,7 @@
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
 
-# %%
+# %% tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
     """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
     return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)

@@ -1,4 +1,5 @@
-"""Figures the chapter draws more than once (training curves); each returns a matplotlib Figure."""
+"""Figures the chapter draws more than once (training curves), and ``show``, which displays a figure
+with its alternative text (read by screen readers and written into the HTML by nbconvert)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ def plot_training_curves(history: Sequence, title: str = "PPO on the toy LM", kl
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def show(fig, alt: str) -> None:
+    """Display ``fig`` as a PNG whose alternative text is ``alt``, then close it (so it is not shown twice)."""
+    if not isinstance(alt, str) or len(alt.strip()) < 10:
+        raise ValueError(f"alt must describe the figure in words (a sentence), got {alt!r}")
+    from IPython.display import display  # only notebooks show figures; the library itself does not need IPython
+
+    display(fig, metadata={"image/png": {"alt": alt.strip()}})
+    plt.close(fig)

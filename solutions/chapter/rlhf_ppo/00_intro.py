@@ -40,7 +40,7 @@ import torch
 from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
-from mlbook.plotting import plot_training_curves
+from mlbook.plotting import plot_training_curves, show
 from mlbook.posttrain.toy_lm import (
     END_ID,
     GOOD_ID,

@@ -49,8 +49,12 @@
 # for both signs; shaded regions are where the gradient is zero.
 
 # %%
-fig = plot_clip_objective(eps=0.2)
-plt.show()
+show(
+    plot_clip_objective(eps=0.2),
+    alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "
+    "objective follows r*A up to r = 1.2 and is flat beyond it (shaded: zero gradient). For A = -1 it follows r*A down "
+    "to r = 0.8 and is flat below it. On the other side of 1 it stays on the unclipped dashed line r*A.",
+)
 
 # %% [markdown]
 # **What the clip is not.** Descriptions often call it a trust region. It is weaker than that:

@@ -21,21 +21,28 @@
 # %% stub="mlbook_solutions.ppo_lm:shaped_rewards"
 
 # %% [markdown]
-# Check: the §1 example, and a ragged batch where the score must land on the right column.
+# Check: the §1 example, then a ragged batch in which the policy's log-prob exceeds the reference's
+# by 1 nat at *every* column, prompt and padding included: only response tokens may pay the fee,
+# the score must land on the right column, and your function must leave its inputs untouched.
 
 # %%
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
 )  # fmt: skip
-print("R =", [round(v, 4) for v in r[0].tolist()])
+print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
 assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), "expected (-0.02, 0, +0.10, +1.50), the §1 table"
 ragged = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
 idx = last_response_index(ragged)
 assert [int(i) for i in idx] == [3, 4], f"last response index should be [3, 4], got {idx}"
-r = shaped_rewards(torch.tensor([2.0, 3.0]), torch.zeros(2, 5), torch.zeros(2, 5), ragged, beta=0.1)
-assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land on the last response token:\n{r}"
-print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
+logp_pol, logp_ref = torch.full((2, 5), -1.0), torch.full((2, 5), -2.0)  # log-ratio +1 on every column
+r = shaped_rewards(torch.tensor([2.0, 3.0]), logp_pol, logp_ref, ragged, beta=0.1)
+assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), "shaped_rewards modified logp_policy in place: compute a new tensor"
+assert (r[ragged == 0] == 0).all(), f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+expected = -0.1 * ragged
+expected[0, 3], expected[1, 4] = expected[0, 3] + 2.0, expected[1, 4] + 3.0
+assert torch.allclose(r, expected, atol=1e-6), f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
+print("✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one")
 
 # %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)"
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
@@ -60,11 +67,25 @@ rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
 adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
 reward_to_go = rewards.flip(1).cumsum(1).flip(1) * mask
-print("advantages + values:", ((adv + values) * mask).tolist())
+print("advantages + values:", [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()])
 assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), "with gamma = lambda = 1, A + V must be the reward-to-go"
+assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), "the second output must be the returns G = A + V"
 adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
 assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
-print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
+assert torch.allclose(gae(rewards, values, mask)[0], adv95), "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+# Zero values on a 3-token response (then one padding column with a junk value) and a reward of 1 at its end:
+# A_t = (gamma * lambda)^(T - t) on the response, so both factors must discount and the junk must not leak in.
+one, v_pad, m_pad = (
+    torch.tensor([[0.0, 0.0, 1.0, 0.0]]),
+    torch.tensor([[0.0, 0.0, 0.0, 9.0]]),
+    torch.tensor([[1.0, 1.0, 1.0, 0.0]]),
+)
+for g, lam in ((0.5, 1.0), (1.0, 0.5)):
+    a = gae(one, v_pad, m_pad, gamma=g, lam=lam)[0][:, :3]
+    assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
+        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
+    )
+print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding")
 
 # %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)"
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
@@ -79,8 +100,10 @@ print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
 # %% stub="mlbook_solutions.ppo_lm:ppo_clip_loss"
 
 # %% [markdown]
-# Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
-# already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
+# Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient. Then a
+# ragged batch of two rows in which three tokens have moved: one with $A > 0$ pushed past
+# $1+\epsilon$ and one with $A < 0$ pushed below $1-\epsilon$ (both clipped: zero gradient), and one
+# with $A > 0$ whose ratio fell to $e^{-0.5}$, the wrong way, which is never clipped.
 
 # %%
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
@@ -88,14 +111,34 @@ adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
+assert isinstance(loss, torch.Tensor) and loss.requires_grad, "the loss must be a tensor that carries gradient to logp_new"
 loss.backward()
-print(f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
-assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
-pushed = (logp_old + torch.tensor([[0.5, 0.0, 0.0, 0.0]])).requires_grad_(True)  # ratio e^0.5 = 1.65 on a token with A > 0
-loss, frac = ppo_clip_loss(pushed, logp_old, adv, m, 0.2)
+print(
+    f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {[round(g, 4) + 0.0 for g in logp_new.grad[0].tolist()]}, clip fraction = {float(frac):.3f}"
+)
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
+assert torch.allclose(logp_new.grad, -adv * m / 3), "at ratio 1 the gradient must be -A / (number of response tokens)"
+
+old2 = torch.full((2, 4), -1.0)
+adv2 = torch.tensor([[1.0, -1.0, 1.0, 5.0], [2.0, 5.0, 5.0, 5.0]])
+m2 = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+moved = torch.tensor([[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]])  # log-ratios; padding moved far, it must not count
+new2 = (old2 + moved).requires_grad_(True)
+loss, frac = ppo_clip_loss(new2, old2, adv2, m2, 0.2)
 loss.backward()
-assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + eps with A > 0 must get zero gradient"
-print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
+per_token = [-1.2, 0.8, -math.exp(-0.5), -2.0]  # -min(r A, clip(r) A) for the four response tokens
+print(f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}")
+assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
+    "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
+)  # fmt: skip
+g = new2.grad
+assert g[0, 0] == 0 and g[0, 1] == 0, f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
+assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, "a token that moved against its advantage is unclipped: gradient -A*r/N"
+assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
+    f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
+    f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
+)  # fmt: skip
+print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens")
 
 # %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)"
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
@@ -104,14 +147,19 @@ print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clippe
 # %% stub="mlbook_solutions.ppo_lm:value_loss"
 
 # %%
-v_old = torch.tensor([[0.0, 0.0, 0.0]])
-ret = torch.tensor([[1.0, 1.0, -1.0]])
-v_new = torch.tensor([[0.1, 0.5, 0.5]])
-vl = value_loss(v_new, v_old, ret, torch.ones(1, 3))
+v_old = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
+ret = torch.tensor([[1.0, 1.0, -1.0, 5.0]])
+v_new = torch.tensor([[0.1, 0.5, 0.5, 0.0]])
+m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the fourth column is padding
+vl = value_loss(v_new, v_old, ret, m)
 # token 1: inside the clip, 0.5*0.81; token 2: clipped to 0.2 is worse (0.64 > 0.25); token 3: unclipped is worse (2.25)
 expected = 0.5 * (0.81 + 0.64 + 2.25) / 3
 print(f"value loss = {float(vl):.4f} (expected {expected:.4f})")
-assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, token mean"
+assert abs(float(vl) - expected) < 1e-6, (
+    "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, mean over response tokens"
+)
+wide = value_loss(v_new, v_old, ret, m, clip_eps=0.5)  # token 2 is now inside the clip: 0.25
+assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, "value_loss must clip at its clip_eps argument, not at 0.2"
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)"
@@ -126,10 +174,12 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %%
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
-print("KL 12 (twice the target) ->", ctl.update(12.0))
-assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
+print(f"KL 12 (twice the target) -> beta {ctl.update(12.0):.4f}")
+assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
+ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10_000)  # horizon counted in samples
+assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
 print("✓ AdaptiveKLController.update")
 
 # %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)"

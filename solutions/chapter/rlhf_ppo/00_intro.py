@@ -40,10 +40,12 @@ import torch
 from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
-from mlbook.plotting import plot_training_curves, show
+from mlbook.plotting import plot_gae_trace, plot_response_shape, plot_training_curves, show
 from mlbook.posttrain.toy_lm import (
+    BOS_ID,
     END_ID,
     GOOD_ID,
+    PAD_ID,
     VOCAB,
     TinyCausalLM,
     TinyCritic,

@@ -47,7 +47,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "851455f67681bec67b83a8d1bc609ea4", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2f28f6730e06962be9cfd997a3a8e6c8", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import math
 import os
@@ -58,10 +58,12 @@ import torch
 from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
-from mlbook.plotting import plot_training_curves
+from mlbook.plotting import plot_gae_trace, plot_response_shape, plot_training_curves, show
 from mlbook.posttrain.toy_lm import (
+    BOS_ID,
     END_ID,
     GOOD_ID,
+    PAD_ID,
     VOCAB,
     TinyCausalLM,
     TinyCritic,
@@ -151,9 +153,14 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 #
 # One iteration of the whole loop, with the four models involved:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b1cd8b80f708538889d18f92fc46aa07", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
-fig = draw_pipeline()
-plt.show()
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d84a97de09fb98ad999513d4f217f2e4", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+show(
+    draw_pipeline(),
+    alt="Diagram of one PPO-RLHF iteration. Prompts go to the trained policy, which samples responses; the frozen "
+    "reward model scores them, the frozen reference gives per-token log-probs for the KL fee, and the trained critic "
+    "gives a value per token. Score and KL fee form the shaped reward, GAE turns rewards and values into advantages "
+    "and returns, and the clipped PPO update sends new weights back to the policy and the critic.",
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f5b2047c8c0b375a140e6ddb73c794d0", "grade": false, "grade_id": "20_math-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2. The math
@@ -205,9 +212,13 @@ plt.show()
 # The figure below (drawn by `mlbook.figures.plot_clip_objective`) shows the per-token objective
 # for both signs; shaded regions are where the gradient is zero.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8955d6cb6cd236a194c27573402c8fa9", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-fig = plot_clip_objective(eps=0.2)
-plt.show()
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02843d7092efd6a92ff4402c3cf4018d", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+show(
+    plot_clip_objective(eps=0.2),
+    alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "
+    "objective follows r*A up to r = 1.2 and is flat beyond it (shaded: zero gradient). For A = -1 it follows r*A down "
+    "to r = 0.8 and is flat below it. On the other side of 1 it stays on the unclipped dashed line r*A.",
+)
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c2f82da80fd201cb2d3800fb7f04bc0e", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -319,22 +330,29 @@ def shaped_rewards(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f3e136d068af5138128bc082387b53e6", "grade": false, "grade_id": "30_implementation-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Check: the §1 example, and a ragged batch where the score must land on the right column.
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bfb26a9e31abfc1445c42fb27e7f2d87", "grade": false, "grade_id": "30_implementation-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Check: the §1 example, then a ragged batch in which the policy's log-prob exceeds the reference's
+# by 1 nat at *every* column, prompt and padding included: only response tokens may pay the fee,
+# the score must land on the right column, and your function must leave its inputs untouched.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "46e7398c10dc869d94e5ae5c1bf9dd07", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ec530ad82592c46df53893748ab6a3bf", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
 )  # fmt: skip
-print("R =", [round(v, 4) for v in r[0].tolist()])
+print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
 assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), "expected (-0.02, 0, +0.10, +1.50), the §1 table"
 ragged = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
 idx = last_response_index(ragged)
 assert [int(i) for i in idx] == [3, 4], f"last response index should be [3, 4], got {idx}"
-r = shaped_rewards(torch.tensor([2.0, 3.0]), torch.zeros(2, 5), torch.zeros(2, 5), ragged, beta=0.1)
-assert r[0, 3] == 2.0 and r[1, 4] == 3.0 and r.sum() == 5.0, f"scores must land on the last response token:\n{r}"
-print("✓ shaped_rewards reproduces §1 and places scores on the last response token")
+logp_pol, logp_ref = torch.full((2, 5), -1.0), torch.full((2, 5), -2.0)  # log-ratio +1 on every column
+r = shaped_rewards(torch.tensor([2.0, 3.0]), logp_pol, logp_ref, ragged, beta=0.1)
+assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), "shaped_rewards modified logp_policy in place: compute a new tensor"
+assert (r[ragged == 0] == 0).all(), f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+expected = -0.1 * ragged
+expected[0, 3], expected[1, 4] = expected[0, 3] + 2.0, expected[1, 4] + 3.0
+assert torch.allclose(r, expected, atol=1e-6), f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
+print("✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one")
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -375,17 +393,31 @@ def gae(
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f0c61fb9be97a15d915f1d0d1998c2f9", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6ea00e69c76ab28d7d4cbaec249194f1", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
 adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
 reward_to_go = rewards.flip(1).cumsum(1).flip(1) * mask
-print("advantages + values:", ((adv + values) * mask).tolist())
+print("advantages + values:", [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()])
 assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), "with gamma = lambda = 1, A + V must be the reward-to-go"
+assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), "the second output must be the returns G = A + V"
 adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
 assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
-print("✓ gae gives Monte-Carlo returns at lambda = 1 and ignores padding")
+assert torch.allclose(gae(rewards, values, mask)[0], adv95), "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+# Zero values on a 3-token response (then one padding column with a junk value) and a reward of 1 at its end:
+# A_t = (gamma * lambda)^(T - t) on the response, so both factors must discount and the junk must not leak in.
+one, v_pad, m_pad = (
+    torch.tensor([[0.0, 0.0, 1.0, 0.0]]),
+    torch.tensor([[0.0, 0.0, 0.0, 9.0]]),
+    torch.tensor([[1.0, 1.0, 1.0, 0.0]]),
+)
+for g, lam in ((0.5, 1.0), (1.0, 0.5)):
+    a = gae(one, v_pad, m_pad, gamma=g, lam=lam)[0][:, :3]
+    assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
+        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
+    )
+print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding")
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -420,24 +452,46 @@ def ppo_clip_loss(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "88787c62f1e84bc7d456deb0b513fad3", "grade": false, "grade_id": "30_implementation-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient; a token
-# already pushed past $1+\epsilon$ with $A > 0$ receives no gradient.
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c93fccb7ce73c62a8835feaf50d22576", "grade": false, "grade_id": "30_implementation-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Check: at ratio 1 the loss is $-\bar A$ and its gradient is the vanilla policy gradient. Then a
+# ragged batch of two rows in which three tokens have moved: one with $A > 0$ pushed past
+# $1+\epsilon$ and one with $A < 0$ pushed below $1-\epsilon$ (both clipped: zero gradient), and one
+# with $A > 0$ whose ratio fell to $e^{-0.5}$, the wrong way, which is never clipped.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17ebe9b62ca7d5b8fbcd099a5bde959c", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "468520343357ec703730279a53f02205", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
+assert isinstance(loss, torch.Tensor) and loss.requires_grad, "the loss must be a tensor that carries gradient to logp_new"
 loss.backward()
-print(f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {logp_new.grad.tolist()}, clip fraction = {frac}")
-assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6 and torch.allclose(logp_new.grad, -adv * m / 3)
-pushed = (logp_old + torch.tensor([[0.5, 0.0, 0.0, 0.0]])).requires_grad_(True)  # ratio e^0.5 = 1.65 on a token with A > 0
-loss, frac = ppo_clip_loss(pushed, logp_old, adv, m, 0.2)
+print(
+    f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {[round(g, 4) + 0.0 for g in logp_new.grad[0].tolist()]}, clip fraction = {float(frac):.3f}"
+)
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
+assert torch.allclose(logp_new.grad, -adv * m / 3), "at ratio 1 the gradient must be -A / (number of response tokens)"
+
+old2 = torch.full((2, 4), -1.0)
+adv2 = torch.tensor([[1.0, -1.0, 1.0, 5.0], [2.0, 5.0, 5.0, 5.0]])
+m2 = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+moved = torch.tensor([[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]])  # log-ratios; padding moved far, it must not count
+new2 = (old2 + moved).requires_grad_(True)
+loss, frac = ppo_clip_loss(new2, old2, adv2, m2, 0.2)
 loss.backward()
-assert pushed.grad[0, 0] == 0 and abs(frac - 1 / 3) < 1e-6, "a token past 1 + eps with A > 0 must get zero gradient"
-print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped")
+per_token = [-1.2, 0.8, -math.exp(-0.5), -2.0]  # -min(r A, clip(r) A) for the four response tokens
+print(f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}")
+assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
+    "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
+)  # fmt: skip
+g = new2.grad
+assert g[0, 0] == 0 and g[0, 1] == 0, f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
+assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, "a token that moved against its advantage is unclipped: gradient -A*r/N"
+assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
+    f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
+    f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
+)  # fmt: skip
+print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens")
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -462,15 +516,20 @@ def value_loss(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a9439f54be9f63d9a2ae5e890c06b858", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-v_old = torch.tensor([[0.0, 0.0, 0.0]])
-ret = torch.tensor([[1.0, 1.0, -1.0]])
-v_new = torch.tensor([[0.1, 0.5, 0.5]])
-vl = value_loss(v_new, v_old, ret, torch.ones(1, 3))
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "45711858c8e618081c756082797b4ff1", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+v_old = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
+ret = torch.tensor([[1.0, 1.0, -1.0, 5.0]])
+v_new = torch.tensor([[0.1, 0.5, 0.5, 0.0]])
+m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the fourth column is padding
+vl = value_loss(v_new, v_old, ret, m)
 # token 1: inside the clip, 0.5*0.81; token 2: clipped to 0.2 is worse (0.64 > 0.25); token 3: unclipped is worse (2.25)
 expected = 0.5 * (0.81 + 0.64 + 2.25) / 3
 print(f"value loss = {float(vl):.4f} (expected {expected:.4f})")
-assert abs(float(vl) - expected) < 1e-6, "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, token mean"
+assert abs(float(vl) - expected) < 1e-6, (
+    "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, mean over response tokens"
+)
+wide = value_loss(v_new, v_old, ret, m, clip_eps=0.5)  # token 2 is now inside the clip: 0.25
+assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, "value_loss must clip at its clip_eps argument, not at 0.2"
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 
@@ -503,12 +562,14 @@ class AdaptiveKLController:
         raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2413ce6f951ff38edc8805af22547941", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "338ec927fc270947c45c8d7cdc339244", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
-print("KL 12 (twice the target) ->", ctl.update(12.0))
-assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon"
+print(f"KL 12 (twice the target) -> beta {ctl.update(12.0):.4f}")
+assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
+ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10_000)  # horizon counted in samples
+assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
 print("✓ AdaptiveKLController.update")
 
 
@@ -728,22 +789,51 @@ def train_ppo(
     return history
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ebff22eaf80461dba34ad45d6349791c", "grade": false, "grade_id": "30_implementation-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "fe3f0b30481697e5b51442d7f2738aad", "grade": false, "grade_id": "30_implementation-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.6 Training the toy model
 #
 # The task: the reward is the number of `good` tokens in the response; the reference is the
 # untrained toy model, whose next-token distribution is nearly uniform. The policy starts as a copy
 # of it. An adaptive controller aims the KL at a target of 3 nats per sequence.
+#
+# The run also keeps a log for the figures after it, through two hooks and without changing a
+# single number: the reward function sees every step's rollouts before the update, and
+# `extra_loss`, called at the start of every epoch, looks at the policy and adds a zero to the loss.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a4770ccbbeccee36fad2649b7df9b3e", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8cc8acf0bfb8927dd2ef7844bd3f97a5", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+class RunLog:
+    """Per step: the sampled tokens, the response mask, the critic's values and the reference's log-probs at
+    rollout time, and the policy's log-probs at the start of every epoch (epoch 0 = log pi_old)."""
+
+    def __init__(self, critic, ref):
+        self.critic, self.ref, self.steps = critic, ref, []
+
+    def reward(self, tokens, full_mask):  # (B, T), (B, T) -> (B,): the reward model, watched
+        self.steps.append(dict(tokens=tokens, mask=full_mask[:, 1:], logp=[]))
+        return good_count_reward(tokens, full_mask)
+
+    def __call__(self, policy):  # used as extra_loss: records, then adds nothing
+        step = self.steps[-1]
+        with torch.no_grad():
+            step["logp"].append(token_log_probs(policy(step["tokens"]), step["tokens"]) * step["mask"])  # (B, T-1)
+            if len(step["logp"]) == 1:  # before the first optimiser step: the critic is still V_old
+                step["values"] = self.critic(step["tokens"])[:, :-1]
+                step["logp_ref"] = token_log_probs(self.ref(step["tokens"]), step["tokens"]) * step["mask"]
+        return torch.zeros(())
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b655f9f73a47a74501d1923a07947977", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CHAPTER_RUN = dict(steps=40, max_new_tokens=8, beta=0.3, kl_target=3.0, horizon=10, lr=2e-3, ppo_epochs=4)
 
 
 policy, ref, critic, prompts, gen = build_models(seed=0)
 run_settings = {**CHAPTER_RUN, "steps": 15} if AUTOGRADING else CHAPTER_RUN  # shorter while a class is graded
 print("settings:", run_settings)
+run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
-history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, progress=True, **run_settings)
+history = train_ppo(
+    policy, ref, critic, prompts, run_log.reward, END_ID, generator=gen, progress=True, extra_loss=run_log, **run_settings
+)  # fmt: skip
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
 print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
@@ -751,15 +841,20 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "114645a257d1fa247b7d7f0db749aaeb", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
-fig = plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"])
-plt.show()
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "960a27d0c4775b5ae53ac87e4c27acd1", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
-print(
+curves = (
     f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
     f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
 )
+show(
+    plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"]),
+    alt=f"Four training curves over {len(history)} PPO steps: {curves}; clip fraction between "
+    f"{min(h.clip_frac for h in history):.2f} and {max(h.clip_frac for h in history):.2f}; "
+    f"beta from {history[0].beta:.3f} to {history[-1].beta:.3f}.",
+)
+print(curves)
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
     f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step"
@@ -768,7 +863,8 @@ samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["to
 for row in samples:
     print(decode(row))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2d1cdf044243a2e48216be63b6e3a2d4", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false}
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cf2bd574358ef3cfd9ada414c8830735", "grade": false, "grade_id": "30_implementation-29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
 # and overshoots the target, because the controller may change $\beta$ only a little per step (the
 # cell above prints by how much). $\beta$ then rises and pulls the KL back toward the target, and
@@ -777,6 +873,136 @@ for row in samples:
 # epochs' steps: the share of response tokens those steps had already pushed out of the band. The
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
+#
+# **Before and after, and a length hack.** The log holds the very first batch, sampled by the
+# untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
+# the first four samples of step 1 next to the four above, and follows three numbers over the run.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "eadae6cc463958025f9afc6e56ae462a", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def response_stats(step):
+    """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
+    resp, m = step["tokens"][:, 1:], step["mask"]  # (B, T-1) each: response token t is resp[:, t]
+    ended = float(((resp == END_ID).float() * m).sum(dim=1).gt(0).float().mean())
+    special = {VOCAB[i]: float(((resp == i).float() * m).sum() / m.sum()) for i in (PAD_ID, BOS_ID)}
+    return ended, special
+
+
+end_share = [response_stats(step)[0] for step in run_log.steps]
+first, last = run_log.steps[0], run_log.steps[-1]
+print("step 1, sampled by the untrained policy:")
+for row in first["tokens"][:4]:
+    print("  ", decode(row))
+print(f"{'':28}{'step 1':>8}{f'step {len(history)}':>9}")
+print(f"{'good tokens per response':28}{history[0].reward:8.2f}{history[-1].reward:9.2f}")
+print(f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}")
+print(f"{'responses ending in <|end|>':28}{end_share[0]:8.0%}{end_share[-1]:9.0%}")
+for name in ("<|pad|>", "<|bos|>"):
+    print(f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}")
+show(
+    plot_response_shape(history, end_share),
+    alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
+    f"{history[-1].reward:.2f}, response length from {history[0].response_len:.2f} to {history[-1].response_len:.2f} "
+    f"tokens, and the share of responses ending in <|end|> falls from {end_share[0]:.0%} to {end_share[-1]:.0%}.",
+)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7ad29552d742edec6278fe0830bdf953", "grade": false, "grade_id": "30_implementation-31", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The policy did what the reward asked, and part of how it did it is worth naming. A response can
+# hold more `good` tokens only if it is long enough, and `<|end|>` spends a position on something
+# that scores nothing, so the policy learned to stop less often: the share of responses that end in
+# `<|end|>` falls and the mean length creeps toward the 8-token cap (the table above prints both).
+# That is a *length hack* in miniature, the same pattern as a real reward model that prefers longer
+# answers: the proxy reward goes up partly through a property (length) that nobody asked for. Here
+# the KL fee limits it; at scale it is why practitioners plot response length next to the reward
+# (§4.3's first row, and Q6 of §6).
+#
+# **Special tokens inside a response.** The sampler draws from the whole vocabulary, so the policy
+# can and does emit `<|pad|>` and `<|bos|>` in the middle of a response (the table prints their
+# shares at the first and last step); `decode` shows them and hides only the padding after
+# `<|end|>`. This chapter *keeps* them, on purpose. They are ordinary actions: sampled from the
+# same distribution that `collect_rollouts` scores, paying the same KL fee and earning no reward,
+# so PPO treats them correctly. Forbidding them while sampling would have to be repeated in every
+# log-prob computation (the policy's, the reference's, the sampler's), or the recorded
+# $\log\pi_{\text{old}}$ would no longer be the log-prob of the distribution sampled from: that is
+# the impure-sampling bug of §4.3's "negative KL" row. It would also change every trained number in
+# this chapter. In a real model the question rarely comes up, because SFT has already left special
+# tokens almost no probability in mid-response; the toy starts from a near-uniform model, so it does.
+#
+# **One response through GAE.** The last batch of the run, first row: the shaped reward of each
+# token (the KL fee everywhere, plus the score on the last token), the critic's value before each
+# token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
+# step's own $\beta$.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3b4f271bb8bc7a19e4e5212148e32b68", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false}
+k = len(history) - 1  # the last step
+step, m = run_log.steps[k], run_log.steps[k]["mask"]
+full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)  # (B, T)
+scores = good_count_reward(step["tokens"], full_mask)  # (B,)
+R = shaped_rewards(scores, step["logp"][0], step["logp_ref"], m, history[k].beta)  # (B, T-1)
+A, G = gae(R, step["values"], m)  # (B, T-1) each, before whitening
+row = 0
+cols = m[row].nonzero().flatten()  # response columns of this row
+words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t scores tokens[:, t+1]
+print(f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})")
+print(f"{'t':>2} {'token':>8} {'R_t':>7} {'V(s_t)':>7} {'A_t':>7} {'G_t':>7}")
+for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
+    print(f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}")
+show(
+    plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
+                   title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
+    alt=f"Per-token chart of the response '{' '.join(words)}': bars for the shaped reward R_t, small except "
+    f"{float(R[row, cols[-1]]):.2f} on the last token where the score lands; lines for the critic's V(s_t), the advantage "
+    f"A_t (from {float(A[row, cols].min()):.2f} to {float(A[row, cols].max()):.2f}) and the return G_t = A_t + V(s_t).",
+)  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3a9c4f10b87548ca6fea27ecf44d9aec", "grade": false, "grade_id": "30_implementation-33", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Read it from the right. The score lands on the last token, so its bar towers over the rest. Each
+# `good` pays a visible KL fee, because the policy now says `good` far more often than the
+# reference would, while tokens it has made *less* likely than the reference earn a small refund.
+# The return $G_t$ is close to the sum of the bars from $t$ to the end (exactly that at
+# $\lambda = 1$), and the advantage $A_t$ is how much better things went than the critic predicted
+# before the token. This critic has learned the task well enough that its values track the returns,
+# so the advantages are small next to the rewards: what is left to learn from this response sits in
+# a few tokens. Whitening (next in `ppo_update`) then rescales the advantages over the whole batch.
+#
+# **Two diagnostics, two definitions each.** The log also holds the policy's log-probs at the start
+# of every epoch, so the cell below recomputes, for every step, two quantities that libraries log
+# under one name but define differently (§2.2): the clip fraction (ratio outside the band, as here
+# and in CleanRL, versus clipped term active, TRL's and OpenRLHF's `clipfrac`), and the
+# approximate KL between the sampling policy and the current one ($k_3 = \mathbb E[r - 1 - \log r]$
+# as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
+# `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1738fea7fcf558ada5eaa3b947446eb1", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false}
+clip_out, clip_active, k2s, k3s = [], [], [], []
+for step, h in zip(run_log.steps, history, strict=True):
+    m = step["mask"]
+    full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)
+    R = shaped_rewards(good_count_reward(step["tokens"], full_mask), step["logp"][0], step["logp_ref"], m, h.beta)
+    adv = masked_whiten(gae(R, step["values"], m)[0], m)  # the advantages the update used
+    log_r = (step["logp"][-1] - step["logp"][0]) * m  # (B, T-1) at the start of the last epoch
+    r = log_r.exp()
+    clip_out.append(float(masked_mean(((r - 1).abs() > 0.2).float(), m)))
+    clip_active.append(float(masked_mean((((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))).float(), m)))
+    k3s.append(float(masked_mean(r - 1 - log_r, m)))
+    k2s.append(float(masked_mean(0.5 * log_r**2, m)))
+    assert abs(clip_out[-1] - h.clip_frac) < 1e-6 and abs(k3s[-1] - h.approx_kl) < 1e-6  # same as ppo_update's
+n = len(history)
+gap_step = max(range(n), key=lambda i: clip_out[i] - clip_active[i])
+print(
+    f"clip fraction, mean over {n} steps: ratio outside the band {sum(clip_out) / n:.3f}, "
+    f"clipped term active (TRL) {sum(clip_active) / n:.3f}"
+)
+print(f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}")
+rel = [abs(a - b) / b for a, b in zip(k2s, k3s, strict=True) if b > 0]
+print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
+      f"they differ by at most {max(rel):.1%} at any step")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f252badff4fee3c48181f1995fbbaf2b", "grade": false, "grade_id": "30_implementation-35", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Same run, same tokens: the TRL-style clip fraction is clearly the smaller one on average and far
+# smaller on single steps (the cell prints both), so a threshold read off one library's dashboard
+# means something else in another's. The two approximate KLs agree to within a few per cent here because the ratios stay
+# close to 1, where $k_2$ and $k_3$ share their second-order term $\tfrac12(\log r)^2$; they part as
+# the policy moves further within a step.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "72bb3f3dcc7b9460eca6af7aacab00da", "grade": true, "grade_id": "test_train_ppo_increases_reward_with_bounded_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
@@ -925,7 +1151,7 @@ for n_new in (8, 16, longest):
     print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "80c680d89c035ac8e18eafc3abd321c4", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d63d678d1146cf63dbd3c2c6ae9d9e7e", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # On the toy the update wins and generation is a minority share at 8 tokens, though its share
 # climbs quickly with response length. That is the **opposite** of a real run,
 # where most reports put 60-80 % of wall-clock into generation. The toy is not lying about PPO; it is
@@ -971,7 +1197,7 @@ for n_new in (8, 16, longest):
 # | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
 # | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
-# | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max|\log\pi_\theta - \log\pi_{\text{old}}|$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
+# | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max\vert\log\pi_\theta - \log\pi_{\text{old}}\vert$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
 # | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position instead of the last response token | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |
 # | Model never learns to stop; lengths run to the maximum | `pad_token == eos_token`: masking padding also masks the real EOS, so stopping is never rewarded or penalised | Is EOS inside the response mask? | A distinct pad id, or build the mask from positions rather than token ids |
 # | 1-GPU and 8-GPU runs disagree; $\beta$ differs across ranks | Statistics computed per rank: advantage whitening, the controller's KL, token-mean losses | Log $\beta$ and the KL on every rank | All-reduce (sum, sum of squares, count) and the KL before use; normalise losses by the global token count |
@@ -991,7 +1217,7 @@ for n_new in (8, 16, longest):
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8f75af18e4e7ae21f5b3f37d10567bdc", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a38aefdf0be4ce5077d79a171f36404d", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -1057,7 +1283,7 @@ for n_new in (8, 16, longest):
 # | Detail | TRL | OpenRLHF | LMHP | This chapter |
 # |---|---|---|---|---|
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
-# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (`<|end|>` if emitted) |
+# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
 # | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch | masked, global across ranks, population variance |
 # | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |

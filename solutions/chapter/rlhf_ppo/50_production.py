@@ -64,7 +64,7 @@
 # | Detail | TRL | OpenRLHF | LMHP | This chapter |
 # |---|---|---|---|---|
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
-# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (`<|end|>` if emitted) |
+# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
 # | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch | masked, global across ranks, population variance |
 # | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |

@@ -285,9 +285,11 @@ for ex4_key, ex4_runs in ex4_results["ptx"].items():
     ex4_out = sum(abs(v / r["sft"][0] - 1) > 0.10 for r in ex4_runs for v in r["sft"])
     ex4_total = sum(len(r["sft"]) for r in ex4_runs)
     print(f"ptx_coef {float(ex4_key):g}: SFT loss outside start ± 10 % at {ex4_out} of {ex4_total} seed-steps")
-ex4_fig = plot_ptx(ex4_results)
-display(ex4_fig)
-plt.close(ex4_fig)
+show(
+    plot_ptx(ex4_results),
+    alt="Two panels over PPO steps, mean and spread over seeds for each ptx_coef: the mean reward (good tokens), "
+    "and the SFT loss on the demonstrations with a grey band at its starting value plus or minus 10 %.",
+)
 ### END SOLUTION
 
 # %% [markdown] manual="ex4_ptx_findings" points=1
@@ -392,9 +394,11 @@ for ex5_name in ("on_policy", "stale"):
         f"   {ex5_name:9s}: {ex5_mean:.3f} ± {ex5_std:.3f} [min {ex5_lo:.3f}, max {ex5_hi:.3f}]   "
         f"reward over the last 5 steps {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f}"
     )
-ex5_fig = plot_stale(ex5_results)
-display(ex5_fig)
-plt.close(ex5_fig)
+show(
+    plot_stale(ex5_results),
+    alt="Clip fraction of the last PPO epoch at each step, mean over seeds, for on-policy rollouts and for rollouts "
+    "sampled by the policy as it was one update earlier.",
+)
 
 # (b) One batch sampled by a copy of the policy one update stale, seen from the first PPO epoch.
 ex5_policy, ex5_sampler, ex5_roll = stale_batch(seed=0, batch=64)

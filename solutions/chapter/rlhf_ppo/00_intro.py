@@ -21,8 +21,12 @@
 # each of your functions a *check* cell runs it on a small example and prints ✓ or tells you what is
 # off. The graded cells (marked "Graded") contain more thorough tests that run when the notebook is
 # autograded; they are hidden from you, and they accept any correct implementation (loops or
-# vectorised, float32 or float64). Read-only cells hold the code you only need to read; edits to
-# them are undone at grading time.
+# vectorised, float32 or float64). The check cells are built to catch the common mistakes those
+# tests punish, but the hidden tests probe more cases, so grade yourself before you hand in: in a
+# terminal, `mlbook grade path/to/notebook.ipynb` runs the hidden tests on your saved notebook and
+# prints, for each graded cell, its points and the message of a failed test; written answers show
+# as awaiting manual grading. Read-only cells hold the code you only need to read; edits to them
+# are undone at grading time.
 #
 # **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
 # prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor

@@ -101,7 +101,7 @@ ex2_adv, ex2_ret = gae(ex2_rewards, ex2_values, ex2_mask, gamma=1.0, lam=1.0)
 ex2_gap = float(((ex2_adv + ex2_values - ex2_loop) * ex2_mask).abs().max())
 assert ex2_gap < 1e-6, f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
 print(f"largest |advantages + values - reward-to-go| on response tokens: {ex2_gap:.1e}")
-print("row 0 (prompt 2, response 3, padding 2): G =", [round(x, 3) for x in ex2_loop[0].tolist()])
+print("row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =", [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()])
 
 # %% [markdown] manual="ex2_telescoping" points=1
 # With $\gamma = \lambda = 1$ the advantage is the plain sum of TD errors from $t$ to the last response

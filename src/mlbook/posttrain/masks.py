@@ -33,14 +33,18 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = no_reduc
     """``(x - mean) / std`` over masked positions; zero outside the mask.
 
     Uses the population variance of the masked entries. ``reduce`` sums its argument over ranks, so
-    under DDP the mean and std are those of the whole global batch (sum, sum of squares, count).
+    under DDP the mean and std are those of the whole global batch (sum, sum of squares, count): one
+    all-reduce. The variance comes from one pass, E[x^2] - mean^2, which cancels catastrophically
+    when |mean| >> std (in float32 it degrades at |mean|/std ~ 1e3 and fails at 1e4), so the sums are
+    accumulated in float64; the result has the dtype of ``x``.
     """
-    stats = reduce(torch.stack([masked_sum(x, mask), masked_sum(x * x, mask), mask.sum()]).to(x.dtype))
+    x64, m64 = x.double(), mask.double()
+    stats = reduce(torch.stack([masked_sum(x64, m64), masked_sum(x64 * x64, m64), m64.sum()]))  # (3,) float64
     total, total_sq, count = stats.unbind()
     count = count.clamp(min=1.0)
     mean = total / count
     var = (total_sq / count - mean * mean).clamp(min=0.0)
-    return (x - mean) * torch.rsqrt(var + eps) * mask
+    return ((x64 - mean) * torch.rsqrt(var + eps) * m64).to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------ validation

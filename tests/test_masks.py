@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from mlbook.posttrain.masks import masked_whiten
 
 

@@ -277,7 +277,8 @@ def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = 
 
 
 def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]) -> dict:
-    """The chapter's run with on-policy or one-update-stale sampling: per-step clip fraction, reward, approx-KL."""
+    """The chapter's run with on-policy or one-update-stale sampling: per-step clip fraction, reward, approx-KL,
+    KL to the reference and beta."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, stale_sampler=stale,
                         **{**CHAPTER_RUN, "steps": steps})  # fmt: skip
@@ -287,6 +288,8 @@ def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = 
         clip_frac=[h.clip_frac for h in history],
         reward=[h.reward for h in history],
         approx_kl=[h.approx_kl for h in history],
+        kl=[h.kl for h in history],
+        beta=[h.beta for h in history],
     )
 
 
@@ -384,6 +387,8 @@ def summarise(results: dict) -> dict[str, tuple[float, float, float, float]]:
     for name, runs in results["stale"].items():
         out[f"{name}_clip_mean"] = _spread([statistics.fmean(r["clip_frac"][1:]) for r in runs])
         out[f"{name}_reward_last5"] = _spread([statistics.fmean(r["reward"][-5:]) for r in runs])
+        out[f"{name}_kl_last5"] = _spread([statistics.fmean(r["kl"][-5:]) for r in runs])
+        out[f"{name}_beta_final"] = _spread([r["beta"][-1] for r in runs])
     return out
 
 

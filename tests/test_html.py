@@ -20,19 +20,32 @@ SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
 TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
 
+def _html_target() -> str:
+    text = (ROOT / "Makefile").read_text()
+    return text[text.index("\nhtml:") : text.index("\nchapter:")]
+
+
 def makefile_html_option() -> str:
     """The tag-removal option the Makefile's html target passes to nbconvert."""
-    text = (ROOT / "Makefile").read_text()
-    target = text[text.index("\nhtml:") : text.index("\nchapter:")]
-    m = re.search(r"--TagRemovePreprocessor\.remove_cell_tags='(\{[^}]*\})'", target)
+    m = re.search(r"--TagRemovePreprocessor\.remove_cell_tags='(\{[^}]*\})'", _html_target())
     assert m, "the Makefile's html target must remove the hidden-test cells"
     return m.group(1)
 
 
-def render(path: pathlib.Path) -> BeautifulSoup:
+def exporter() -> HTMLExporter:
+    """nbconvert's HTML exporter configured as the Makefile's html target configures it."""
+    target = _html_target()
     config = Config()
     config.TagRemovePreprocessor.remove_cell_tags = set(eval(makefile_html_option()))  # a set literal of tag names
-    html, _ = HTMLExporter(config=config).from_notebook_node(nbformat.read(path, as_version=4))
+    config.TemplateExporter.extra_template_basedirs = [
+        str(ROOT / re.search(r"--TemplateExporter\.extra_template_basedirs=(\S+)", target).group(1))
+    ]
+    config.HTMLExporter.template_name = re.search(r"--template (\S+)", target).group(1)
+    return HTMLExporter(config=config)
+
+
+def render(path: pathlib.Path) -> BeautifulSoup:
+    html, _ = exporter().from_notebook_node(nbformat.read(path, as_version=4))
     return BeautifulSoup(html, "html.parser")
 
 
@@ -91,3 +104,29 @@ def test_show_attaches_alt_text(monkeypatch):
     assert not plt.fignum_exists(fig.number)
     with pytest.raises(ValueError, match="alt"):
         plotting.show(plt.figure(), alt="")
+
+
+def test_rendered_figures_carry_their_alt_text(caplog):
+    """A figure displayed by show() keeps its alt text through the Makefile's template, with no nbconvert warning."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    alt = "A rising line, the only figure of this test."
+    output = nbformat.v4.new_output(
+        "display_data", data={"image/png": base64.b64encode(buf.getvalue()).decode()}, metadata={"image/png": {"alt": alt}}
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("show(fig, alt=...)", outputs=[output])])
+    html, _ = exporter().from_notebook_node(nb)
+    imgs = BeautifulSoup(html, "html.parser").select(".jp-OutputArea-output img")
+    assert [img.get("alt") for img in imgs] == [alt]
+    assert "Alternative text is missing" not in caplog.text

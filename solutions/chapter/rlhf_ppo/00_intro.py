@@ -15,6 +15,7 @@
 # | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did |
 # | §6 Interview questions | answers hidden until you click |
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
+# | References | the papers and code the prose cites by author and year |
 #
 # **How to work through it.** Run the cells from the top. Each cell that says
 # `raise NotImplementedError` is yours: replace that line with your implementation. Right after

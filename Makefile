@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     := build
 
-.PHONY: env chapter train notebooks html test lint lock bench clean
+.PHONY: env chapter train notebooks html test lint lock bench clean student-dist
 
 env: $(STAMP)
 
@@ -45,12 +45,22 @@ lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Lint, then fail if a generated notebook is stale, then every test: unit, the six named tests,
-# the wrong/correct answer catalog, real nbgrader (release, autograde, feedback, export), DDP on
-# gloo, and nbval over every solved notebook.
+# Lint, the layer contracts, then fail if a generated notebook is stale, then every test: unit, the six
+# named tests, the wrong/correct answer catalog, real nbgrader, DDP on gloo, the student distribution,
+# the slow/stress evidence, and nbval over every solved notebook. Last, everything that compares a
+# trained or sampled number with a stored one runs again on torch's portable (non-vectorised)
+# kernels, so a result that holds only on this CPU's instruction set fails here, not on another machine.
+PORTABLE := tests/test_exercises.py tests/test_posttrain_ppo.py tests/test_grading_catalog.py
+
 test: lint
+	$(BIN)/lint-imports
 	$(BIN)/mlbook build --check
 	$(BIN)/python -m pytest -q tests --nbval-lax solutions/notebooks/
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q $(PORTABLE) --nbval-lax solutions/notebooks/
+
+# What students of a graded course get: the library wheel and the released notebooks (build/student-dist).
+student-dist: notebooks
+	$(BIN)/mlbook student-dist
 
 bench: env
 	$(BIN)/python scripts/benchmark.py

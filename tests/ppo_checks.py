@@ -405,25 +405,13 @@ def check_kl_controller(AdaptiveKLController):
         _expect(gaps[-1] < 0.01 and gaps[-1] < gaps[0], f"starting from beta={beta0} the KL should converge to the target")
 
 
-def check_train_ppo(train_ppo, seed=0):
+def check_train_ppo(train_ppo, PPOConfig, seed=0):
     """test_train_ppo_increases_reward_with_bounded_kl: the whole loop on the toy LM, reward = number of 'good' tokens."""
     from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
 
     policy, ref, critic, prompts, g = build_models(seed)  # ref: near-uniform next-token distribution
-    history = _call_quiet(
-        train_ppo,
-        policy,
-        ref,
-        critic,
-        prompts,
-        good_count_reward,
-        END_ID,
-        steps=30,
-        max_new_tokens=8,
-        beta=0.5,
-        lr=2e-3,
-        generator=g,
-    )
+    cfg = PPOConfig(steps=30, max_new_tokens=8, beta=0.5, kl_target=None, lr=2e-3, ppo_epochs=2)
+    history = _call_quiet(train_ppo, policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=g)
     rewards = [float(h.reward) for h in history]
     kls = [float(h.kl) for h in history]
     _expect(len(rewards) == 30 and all(map(math.isfinite, rewards + kls)), "train_ppo must return 30 finite PPOStats entries")
@@ -435,3 +423,86 @@ def check_train_ppo(train_ppo, seed=0):
         max(kls) < 8.0, f"with beta = 0.5 the KL to the reference should stay below 8 nats per sequence, reached {max(kls):.2f}"
     )
     _expect(min(kls) > -0.5, f"the per-sequence KL estimate went clearly negative ({min(kls):.2f}): check the KL sign")
+    return history
+
+
+# ------------------------------------------------------------------ §7 extra-credit exercises
+
+
+def _ex4_expected(model, batch, coef):
+    """coef * mean over labelled positions of -log p(label), written as a loop over positions."""
+    logp = torch.log_softmax(model(batch.input_ids).double(), dim=-1)  # (N, T, V)
+    total, count = 0.0, 0
+    for i in range(batch.labels.shape[0]):
+        for t in range(1, batch.labels.shape[1]):
+            label = int(batch.labels[i, t])
+            if label != -100:
+                total = total - logp[i, t - 1, label]
+                count += 1
+    return coef * total / count
+
+
+def check_ex4_ptx_loss(make_ptx_loss):
+    """ex4_ptx_test: ptx_coef * SFT loss of the policy it is given, with the right gradient."""
+    from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, demonstration_batch
+
+    demos = demonstration_batch()
+    for seed, coef in ((1, 0.5), (2, 1.7)):
+        torch.manual_seed(seed)
+        model = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
+        got = _call_quiet(_call_quiet(make_ptx_loss, demos, coef), model)
+        _expect(isinstance(got, torch.Tensor) and got.numel() == 1, "extra_loss(policy) must return a scalar tensor")
+        want = _ex4_expected(model, demos, coef)
+        _close(
+            got.detach().reshape(()),
+            want.detach(),
+            "the ptx term",
+            "not ptx_coef times the mean next-token cross-entropy of the policy on the demonstrations "
+            "(labels shifted by one, -100 positions ignored)",
+            atol=1e-6,
+        )
+        _expect(got.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)")
+        (g_got,) = torch.autograd.grad(got, model.lm_head.weight)
+        (g_want,) = torch.autograd.grad(want, model.lm_head.weight)
+        _close(g_got, g_want, "its gradient", "the ptx term has the wrong gradient", atol=1e-6, rtol=1e-3)
+    torch.manual_seed(3)
+    a, b = TinyCausalLM(ToyLMConfig(init_std=0.3)), TinyCausalLM(ToyLMConfig(init_std=0.3))
+    fn = _call_quiet(make_ptx_loss, demos, 1.0)
+    va, vb = float(_as_f64(_call_quiet(fn, a), "extra_loss(a)")), float(_as_f64(_call_quiet(fn, b), "extra_loss(b)"))
+    _expect(not math.isclose(va, vb, rel_tol=1e-6), "extra_loss must evaluate the policy passed to it")
+
+
+def check_ex5_importance_ratios(importance_ratios):
+    """ex5_stale_test: pi_policy / pi_sampler of every sampled token, 1 off the response."""
+    from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
+
+    torch.manual_seed(0)
+    sampler, policy = TinyCausalLM(ToyLMConfig(init_std=0.3)), TinyCausalLM(ToyLMConfig(init_std=0.3))
+    policy.load_state_dict(sampler.state_dict())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # the policy has moved on since the sampler's weights
+    gen = torch.Generator().manual_seed(0)
+    tokens, full_mask, _ = sample(sampler, make_prompts(16, gen), 6, END_ID, generator=gen)
+    mask = full_mask[:, 1:]  # (B, T-1)
+    got = _as_f64(_call_quiet(importance_ratios, policy, sampler, tokens, mask), "importance_ratios(...)")
+    _expect(got.shape == mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(got.shape)}")
+    with torch.no_grad():
+        lp_pol = torch.log_softmax(policy(tokens).double(), dim=-1)
+        lp_smp = torch.log_softmax(sampler(tokens).double(), dim=-1)
+    want = torch.ones(mask.shape, dtype=torch.float64)
+    for i in range(tokens.shape[0]):
+        for t in range(tokens.shape[1] - 1):
+            if mask[i, t] == 1:
+                y = int(tokens[i, t + 1])  # position t predicts token t + 1
+                want[i, t] = math.exp(float(lp_pol[i, t, y] - lp_smp[i, t, y]))
+    on = mask.bool()
+    _expect(float((want[on] - 1).abs().mean()) > 0.05, "test setup: the two models should differ")
+    _close(
+        got[on],
+        want[on],
+        "the ratios",
+        "ratios differ from pi_policy / pi_sampler of the sampled tokens: check which model is on top, that the "
+        "log-probs are those of tokens[:, t+1] at position t, and that you return the ratio, not its log",
+        atol=1e-5,
+    )

@@ -63,14 +63,14 @@ def test_wrong_answer_fails_end_to_end(name, monkeypatch):
     _, symbol, source = cat.WRONG_IN_TRAINING[name]
     monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])  # train_ppo now calls the wrong function
     with pytest.raises(AssertionError):
-        ppo_checks.check_train_ppo(ppo_lm.train_ppo)
+        ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.PPOConfig)
 
 
 def test_correct_variants_train_end_to_end(monkeypatch):
     for name in ("gae_vectorised", "clip_max_of_negatives_trl_clipfrac", "shaped_rewards_one_hot", "value_where_form"):
         symbol, source = cat.CORRECT[name]
         monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])
-    ppo_checks.check_train_ppo(ppo_lm.train_ppo)
+    ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.PPOConfig)
 
 
 class AlwaysEqual:

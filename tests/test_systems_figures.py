@@ -1,7 +1,5 @@
 """The systems helpers (memory table, step timer) and the chapter's explanatory figures."""
 
-import copy
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -10,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mlbook_solutions.ppo_lm import ppo_update  # noqa: E402
+from mlbook_solutions.ppo_lm import PPOConfig, ppo_update  # noqa: E402
 
 from mlbook.figures import CLIPPED_LABEL, PIPELINE_BOXES, draw_pipeline, plot_clip_objective  # noqa: E402
 from mlbook.posttrain.systems import (  # noqa: E402
@@ -26,8 +24,8 @@ from mlbook.posttrain.toy_lm import (  # noqa: E402
     TinyCausalLM,
     TinyCritic,
     ToyLMConfig,
+    build_models,
     good_count_reward,
-    make_prompts,
 )  # fmt: skip
 
 # ------------------------------------------------------------------------------------- memory table
@@ -74,16 +72,13 @@ def one_thread():
 
 
 def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
-    torch.manual_seed(0)
-    cfg = ToyLMConfig(d_model=16, n_layers=1, max_len=12)
-    ref = TinyCausalLM(cfg)
-    policy, critic = copy.deepcopy(ref), TinyCritic(cfg)
-    prompts = make_prompts(8, torch.Generator().manual_seed(0))
+    policy, ref, critic, prompts, _ = build_models(0, batch=8, cfg=ToyLMConfig(d_model=16, n_layers=1, max_len=12))
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     rng_before = torch.get_rng_state()
     split = time_ppo_step(
-        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=4, repeats=2, warmup=0
-    )
+        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=4, repeats=2, warmup=0,
+        cfg=PPOConfig(),
+    )  # fmt: skip
     assert set(split["seconds"]) == set(PHASES) == set(split["fractions"])
     assert all(s > 0 for s in split["seconds"].values())
     assert all(0 < f < 1 for f in split["fractions"].values())

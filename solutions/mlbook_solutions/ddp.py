@@ -19,15 +19,13 @@ Backend: NCCL with one GPU per rank (``LOCAL_RANK``) when CUDA is available, oth
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import gc
 import os
 import socket
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -36,29 +34,33 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlbook.posttrain.masks import Reduce
-from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward, make_prompts
-from mlbook_solutions.ppo_lm import AdaptiveKLController, collect_rollouts, ppo_update, sequence_kl
+from mlbook.posttrain.toy_lm import END_ID, build_models, default_dtype, good_count_reward, make_prompts
+from mlbook_solutions.ppo_lm import AdaptiveKLController, PPOConfig, collect_rollouts, ppo_update, sequence_kl
 
 ROLL_KEYS = ("tokens", "mask", "logp_old", "logp_ref", "values_old")  # what a saved rollout batch holds, with scores
 SAMPLING_SEED_STRIDE = 100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
 
 
-@dataclass
-class RunConfig:
+@dataclass(kw_only=True)
+class RunConfig(PPOConfig):
+    """A PPO run on several processes: every PPOConfig field (defaults: the chapter's run), plus these."""
+
     steps: int = 5
-    batch: int = 64  # prompts per step over all ranks; rank r gets batch // world of them
-    max_new_tokens: int = 8
-    beta: float = 0.3
-    kl_target: float | None = 3.0  # None (on the command line: 0): fixed beta
-    horizon: float = 10
-    lr: float = 2e-3
-    ppo_epochs: int = 4
+    """PPO iterations (a short run by default)."""
+    batch: int = 64
+    """Prompts per step over all ranks; rank r gets batch // world of them."""
     seed: int = 0
-    float64: bool = False  # default dtype of every rank (the equivalence test uses float64)
-    threads: int = 1  # torch threads per rank (torchrun sets OMP_NUM_THREADS=1 too)
-    local_whiten: bool = False  # naive: ppo_update without reduce (per-rank whitening and token means)
-    local_kl: bool = False  # naive: each rank's controller sees only its own KL
-    rollout: str | None = None  # a saved rollout batch: one update on it instead of training (see update_once)
+    """Models and prompts from this seed on every rank; rank r samples with seed + r * 100003."""
+    float64: bool = False
+    """Default dtype of every rank (the equivalence test uses float64)."""
+    threads: int = 1
+    """Torch threads per rank (torchrun sets OMP_NUM_THREADS=1 too)."""
+    local_whiten: bool = False
+    """Naive: ppo_update without reduce (per-rank whitening and token means)."""
+    local_kl: bool = False
+    """Naive: each rank's controller sees only its own KL."""
+    rollout: str | None = None
+    """A saved rollout batch: one update on it instead of training (see update_once)."""
 
 
 # ------------------------------------------------------------------------------ process group
@@ -150,11 +152,10 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
         roll = collect_rollouts(policy, ref_t, critic_t, prompts, cfg.max_new_tokens, END_ID, gen)  # tokens (b, T)
         roll = {k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v for k, v in roll.items()}
         t1 = time.perf_counter()
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (b, T)
-        scores = good_count_reward(roll["tokens"], full_mask)  # (b,)
+        scores = good_count_reward(roll["tokens"], roll["response_mask"])  # (b,)
         kl = sequence_kl(roll, None if cfg.local_kl else reduce)  # mean over all ranks' sequences
         update_reduce = None if cfg.local_whiten else reduce  # global whitening, token means and approx-KL
-        upd = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, ppo_epochs=cfg.ppo_epochs, reduce=update_reduce)
+        epochs = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce)
         t2 = time.perf_counter()
         reward, n_seq = reduce(torch.stack([scores.sum(), torch.tensor(float(len(scores)), device=device)])).tolist()
         steps.append(
@@ -162,9 +163,9 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
                 reward=reward / n_seq,
                 kl=kl,
                 beta=beta,
-                clip_frac=upd.clip_frac,
-                approx_kl=upd.approx_kl,
-                value_loss=upd.value_loss,
+                clip_frac=epochs[-1].clip_frac,
+                approx_kl=epochs[-1].approx_kl,
+                value_loss=epochs[-1].value_loss,
                 response_len=float(roll["mask"].sum()) / len(scores),
                 checksum=checksum(policy, critic),
                 step_s=t2 - t0,
@@ -197,19 +198,8 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     opt = torch.optim.Adam([*policy_ddp.parameters(), *critic_ddp.parameters()], lr=cfg.lr)
     reduce = None if cfg.local_whiten else make_reduce(device)
     scores = batch["scores"][rows].to(device)
-    ppo_update(policy_ddp, critic_ddp, opt, roll, scores, float(batch["beta"]), ppo_epochs=cfg.ppo_epochs, reduce=reduce)
+    ppo_update(policy_ddp, critic_ddp, opt, roll, scores, float(batch["beta"]), cfg, reduce=reduce)
     return dict(params=flat_params(policy, critic), checksum=checksum(policy, critic), tokens=tuple(roll["tokens"].shape))
-
-
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype):
-    """Temporarily set torch's default dtype (models built under float64 get other initial values)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def save_rollout_batch(path: str, seed: int = 0, batch: int = 8, beta: float = 0.1) -> dict[str, torch.Tensor]:
@@ -237,7 +227,7 @@ def reference_update(cfg: RunConfig) -> torch.Tensor:
         policy, _, critic, _, _ = build_models(cfg.seed)
         opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
         roll = {**{k: batch[k] for k in ROLL_KEYS}, "on_policy": torch.tensor(True)}
-        ppo_update(policy, critic, opt, roll, batch["scores"], float(batch["beta"]), ppo_epochs=cfg.ppo_epochs)
+        ppo_update(policy, critic, opt, roll, batch["scores"], float(batch["beta"]), cfg)
         return flat_params(policy, critic)
 
 
@@ -305,18 +295,10 @@ def print_report(out: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(RunConfig):
-        if f.type == "bool":
-            ap.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
-        else:
-            kind = {"int": int, "float": float}.get(f.type.split(" ")[0], str)
-            ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
-    ap.add_argument("--out", help="save rank 0's result (torch.save) to this file")
-    args = vars(ap.parse_args())
-    out_path = args.pop("out")
-    cfg = RunConfig(**{**args, "kl_target": args["kl_target"] or None})
-    (out,) = worker(None, None, [cfg], result_path=out_path)  # torchrun has set RANK, WORLD_SIZE, MASTER_ADDR, ...
+    import tyro  # command line from RunConfig's fields and their docstrings (--steps, --kl-target None, ...)
+
+    cfg = tyro.cli(RunConfig, description=__doc__)
+    (out,) = worker(None, None, [cfg])  # torchrun has set RANK, WORLD_SIZE, MASTER_ADDR, ...
     if int(os.environ["RANK"]) == 0 and not cfg.rollout:
         print_report(out)
 

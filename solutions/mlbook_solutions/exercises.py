@@ -5,19 +5,31 @@
 
 The training sweeps of exercises 4 and 5 (25 runs of ``train_ppo``: 5 seeds x 3 ptx coefficients and
 5 seeds x 2 sampling modes) take about 80 s on one CPU core, too long for a notebook cell, so the
-notebook plots the cached results and ``tests/test_exercises.py`` replays the first steps of seed 0 of
-every arm to check the cache is current (the runs are deterministic: a refresh rewrites identical
-numbers). Exercise 3 and the stale-batch measurement of exercise 5 are cheap and run live.
+notebook plots the cached results. Exercise 3 and the stale-batch measurement of exercise 5 are cheap
+and run live.
 
-Everything here drives the reference PPO through its hooks (``collect_rollouts(sampler=)``,
-``ppo_update(whiten=, extra_loss=)``, ``train_ppo(stale_sampler=, **update_kwargs)``); the update
-and the training loop are never re-implemented.
+How ``tests/test_exercises.py`` knows the cache was produced by this code, on any CPU: training is
+chaotic, and a last-bit difference in a float32 kernel (another instruction set picks another one)
+grows to ~1e-4 relative within three PPO steps, so the float32 sweep cannot be replayed bit for bit
+on another machine. The cache therefore stores (1) ``fingerprint``: a hash of the code that produced
+it (see :func:`code_fingerprint`) and of its settings, and (2) ``replay64``: the first
+``REPLAY["steps"]`` steps of seed 0 of every arm rerun in float64, where the same cross-CPU
+difference stays below ~1e-11 relative. The test recomputes both.
+
+Everything here drives the reference PPO through its configuration and arguments (``PPOConfig``,
+``collect_rollouts(sampler=)``, ``train_ppo(sampler=, extra_loss=, evaluate=)``) and reads what it
+does from the per-epoch statistics ``ppo_update`` returns; the update and the loop are never
+re-implemented.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import dataclasses
+import hashlib
+import importlib.util
 import json
 import math
 import pathlib
@@ -34,13 +46,14 @@ from mlbook.posttrain.toy_lm import (
     TinyCausalLM,
     ToyLMConfig,
     build_models,
+    default_dtype,
     demonstration_batch,
     good_count_reward,
     make_prompts,
     sft_loss,
     token_log_probs,
 )
-from mlbook_solutions.ppo_lm import collect_rollouts, gae, ppo_update, shaped_rewards, train_ppo
+from mlbook_solutions.ppo_lm import PPOConfig, collect_rollouts, gae, ppo_update, shaped_rewards, train_ppo
 from mlbook_solutions.run_toy import CHAPTER_RUN
 
 RESULTS_PATH = pathlib.Path(__file__).with_name("exercise_results.json")
@@ -88,9 +101,9 @@ def padded_gae_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Monte-Carlo return ``G_t = sum_{s >= t} R_s`` over the response, zero off it: (B, T-1) -> (B, T-1)."""
-    masked = rewards * response_mask
-    return masked.flip(1).cumsum(1).flip(1) * response_mask
+    """G_t = sum of R_s for s >= t over the response, 0 off it: (B, T-1), (B, T-1) -> (B, T-1)."""
+    on_response = rewards * response_mask  # (B, T-1)
+    return on_response.flip(1).cumsum(1).flip(1) * response_mask  # (B, T-1) sum from t to the end
 
 
 # ----------------------------------------------------------------------------------- exercise 3
@@ -133,38 +146,33 @@ def whitening_clip_counts(
     """Clip counts per PPO epoch on one rollout batch, with and without advantage whitening.
 
     Both arms start from identical copies of the policy, the critic and the Adam state and run one
-    ``ppo_update(ppo_epochs=epochs, whiten=...)``. An ``extra_loss`` observer (it adds 0 to the
-    loss) counts, at the start of every epoch, the response tokens whose ratio is outside the clip
-    range; one more count after the last step. Returns a dict with ``counts`` per arm (epochs + 1
-    entries; entry 0 is always 0 because the batch is on-policy), the number of response tokens, and
-    the mean, std and fraction of positive entries of the raw (unwhitened) advantages.
+    ``ppo_update`` of ``epochs`` epochs, whitening or not. Each epoch's clip fraction (measured at
+    the start of the epoch, from ``ppo_update``'s per-epoch stats) times the number of response
+    tokens gives its count; one more count after the last step. Returns a dict with ``counts`` per
+    arm (epochs + 1 entries; entry 0 is always 0 because the batch is on-policy), the number of
+    response tokens, and the mean, std and fraction of positive entries of the raw advantages.
     """
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    roll = collect_rollouts(policy, ref, critic, prompts, CHAPTER_RUN["max_new_tokens"], END_ID, gen)
-    full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-    scores = good_count_reward(roll["tokens"], full_mask).float()  # (B,)
+    roll = collect_rollouts(policy, ref, critic, prompts, CHAPTER_RUN.max_new_tokens, END_ID, gen)
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()  # (B,)
+    n_tokens = int(roll["mask"].sum())
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
     counts: dict[str, list[int]] = {}
     for name, whiten in (("whitened", True), ("raw", False)):
         pol, cri = copy.deepcopy(policy), copy.deepcopy(critic)
         arm_opt = torch.optim.Adam([*pol.parameters(), *cri.parameters()], lr=lr)
         arm_opt.load_state_dict(copy.deepcopy(opt.state_dict()))
-        seen: list[int] = []
-
-        def observer(model: nn.Module, seen=seen) -> torch.Tensor:
-            seen.append(_clipped_count(model, roll, clip_eps))
-            return torch.zeros(())
-
-        stats = ppo_update(pol, cri, arm_opt, roll, scores, beta, clip_eps, epochs, whiten=whiten, extra_loss=observer)
-        if stats.epochs != epochs or len(seen) != epochs:
-            raise RuntimeError(f"expected {epochs} epochs, ran {stats.epochs}")
-        counts[name] = [*seen, _clipped_count(pol, roll, clip_eps)]
+        cfg = PPOConfig(ppo_epochs=epochs, whiten=whiten, clip_eps=clip_eps, lr=lr)
+        stats = ppo_update(pol, cri, arm_opt, roll, scores, beta, cfg)
+        if len(stats) != epochs:
+            raise RuntimeError(f"expected {epochs} epochs, ran {len(stats)}")
+        counts[name] = [round(e.clip_frac * n_tokens) for e in stats] + [_clipped_count(pol, roll, clip_eps)]
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], roll["mask"], beta)
     raw, _ = gae(rewards, roll["values_old"], roll["mask"])  # what ppo_update whitens (or not)
     on = roll["mask"].bool()
     return dict(
         counts=counts,
-        n_tokens=int(on.sum()),
+        n_tokens=n_tokens,
         raw_adv_mean=float(raw[on].mean()),
         raw_adv_std=float(raw[on].std(unbiased=False)),
         raw_adv_positive=float((raw[on] > 0).float().mean()),
@@ -180,7 +188,7 @@ STALE = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30)
 
 
 def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
-    """``extra_loss`` for ``ppo_update``: ``policy -> ptx_coef * sft_loss`` on the fixed demonstration batch."""
+    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``, with gradient."""
 
     def extra_loss(policy: nn.Module) -> torch.Tensor:
         return ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)
@@ -235,31 +243,25 @@ def demonstration_floor(batch: DemoBatch | None = None) -> float:
 
 
 def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = PTX["batch"]) -> dict:
-    """One PPO run from the SFT model with ``ptx_coef * sft_loss`` added through ``extra_loss``.
+    """One PPO run from the SFT model with ``ptx_coef * sft_loss`` added to the loss (none for 0).
 
-    ``ptx_coef = 0`` is the plain-PPO arm: the same hook computes the SFT loss for the record but
-    contributes exactly zero gradient. Returns per-step lists (``reward``, ``kl``, ``beta``,
-    ``sft``: the SFT loss of the policy at the start of each step) and ``sft_final`` after the run.
+    Returns per-step lists (``reward``, ``kl``, ``beta``, ``sft``: the SFT loss of the policy at the
+    start of each step, logged by ``train_ppo(evaluate=)``) and ``sft_final`` after the run.
     """
     policy, ref, critic, prompts, gen = sft_models(seed, batch)
     demos = demonstration_batch()
-    term = make_ptx_loss(demos, ptx_coef)
-    record: list[float] = []
-
-    def extra_loss(model: nn.Module) -> torch.Tensor:
-        value = term(model)
-        if ptx_coef:
-            record.append(float(value.detach()) / ptx_coef)
-        else:
-            with torch.no_grad():
-                record.append(float(sft_loss(model(demos.input_ids), demos.labels)))
-        return value
-
-    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, extra_loss=extra_loss,
-                        **{**CHAPTER_RUN, "steps": steps})  # fmt: skip
-    epochs = CHAPTER_RUN["ppo_epochs"]
-    if len(record) != steps * epochs:
-        raise RuntimeError(f"expected {epochs} epochs per step, got {len(record)} records for {steps} steps")
+    history = train_ppo(
+        policy,
+        ref,
+        critic,
+        prompts,
+        good_count_reward,
+        END_ID,
+        dataclasses.replace(CHAPTER_RUN, steps=steps),
+        generator=gen,
+        extra_loss=make_ptx_loss(demos, ptx_coef) if ptx_coef else None,
+        evaluate=lambda model: sft_loss(model(demos.input_ids), demos.labels),
+    )
     with torch.no_grad():
         final = float(sft_loss(policy(demos.input_ids), demos.labels))
     return dict(
@@ -268,7 +270,7 @@ def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = 
         reward=[h.reward for h in history],
         kl=[h.kl for h in history],
         beta=[h.beta for h in history],
-        sft=record[::epochs],
+        sft=[h.eval for h in history],
         sft_final=final,
     )
 
@@ -276,12 +278,25 @@ def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = 
 # ----------------------------------------------------------------------------------- exercise 5
 
 
+class StaleByOneUpdate:
+    """``train_ppo(sampler=...)`` for asynchronous rollouts: each step samples with the weights the
+    policy had at the start of the previous step, i.e. one update behind (the first step: a copy)."""
+
+    def __init__(self) -> None:
+        self.previous: nn.Module | None = None
+
+    def __call__(self, policy: nn.Module) -> nn.Module:
+        sampler, self.previous = self.previous or copy.deepcopy(policy), copy.deepcopy(policy)
+        return sampler
+
+
 def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]) -> dict:
     """The chapter's run with on-policy or one-update-stale sampling: per-step clip fraction, reward, approx-KL,
     KL to the reference and beta."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, stale_sampler=stale,
-                        **{**CHAPTER_RUN, "steps": steps})  # fmt: skip
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=steps)
+    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen,
+                        sampler=StaleByOneUpdate() if stale else None)  # fmt: skip
     return dict(
         seed=seed,
         stale=stale,
@@ -301,14 +316,15 @@ def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[
     ``roll["logp_old"]`` comes from the sampler, as ``collect_rollouts(sampler=)`` records it.
     """
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, generator=gen, **{**CHAPTER_RUN, "steps": warmup_steps})
+    cfg = CHAPTER_RUN
+    train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, dataclasses.replace(cfg, steps=warmup_steps),
+              generator=gen)  # fmt: skip
     sampler = copy.deepcopy(policy)
-    roll = collect_rollouts(policy, ref, critic, prompts, CHAPTER_RUN["max_new_tokens"], END_ID, gen)
-    full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)
-    scores = good_count_reward(roll["tokens"], full_mask).float()
-    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=CHAPTER_RUN["lr"])
-    ppo_update(policy, critic, opt, roll, scores, CHAPTER_RUN["beta"], ppo_epochs=CHAPTER_RUN["ppo_epochs"])
-    stale_roll = collect_rollouts(policy, ref, critic, prompts, CHAPTER_RUN["max_new_tokens"], END_ID, gen, sampler=sampler)
+    roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen)
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
+    ppo_update(policy, critic, opt, roll, scores, cfg.beta, cfg)
+    stale_roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen, sampler=sampler)
     return policy, sampler, stale_roll
 
 
@@ -324,18 +340,59 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2) 
 
 
 def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy(token) / pi_sampler(token) for every sampled token: (B, T), (B, T-1) -> (B, T-1), 1 off the response."""
+    """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
     with torch.no_grad():
-        logp_new = token_log_probs(policy(tokens), tokens)
-        logp_old = token_log_probs(sampler(tokens), tokens)
-    return torch.where(response_mask.bool(), torch.exp(logp_new - logp_old), torch.ones_like(logp_new))
+        logp_policy = token_log_probs(policy(tokens), tokens)  # (B, T-1)
+        logp_sampler = token_log_probs(sampler(tokens), tokens)  # (B, T-1)
+    ratio = torch.exp(logp_policy - logp_sampler)  # (B, T-1)
+    return torch.where(response_mask.bool(), ratio, torch.ones_like(ratio))
 
 
 # ------------------------------------------------------------------------------ cache and report
 
 
+# The modules whose code determines the cached numbers (their ASTs are hashed, docstrings dropped).
+FINGERPRINT_MODULES = (
+    "mlbook.posttrain.toy_lm",
+    "mlbook.posttrain.masks",
+    "mlbook_solutions.ppo_lm",
+    "mlbook_solutions.run_toy",
+    "mlbook_solutions.exercises",
+)
+# Seed and number of steps rerun in float64 for the cache's portable replay.
+REPLAY = dict(seed=0, steps=6)
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_fingerprint() -> str:
+    """sha256 over the code of ``FINGERPRINT_MODULES`` (comments, docstrings, formatting ignored) and the
+    sweep settings: changes whenever a change could move a cached number."""
+    h = hashlib.sha256()
+    for name in FINGERPRINT_MODULES:
+        source = pathlib.Path(importlib.util.find_spec(name).origin).read_text()
+        h.update(name.encode() + ast.dump(_without_docstrings(ast.parse(source))).encode())
+    h.update(json.dumps([dataclasses.asdict(CHAPTER_RUN), PTX, STALE, REPLAY], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def replay64(steps: int = REPLAY["steps"], seed: int = REPLAY["seed"]) -> dict:
+    """The first ``steps`` steps of every arm of both sweeps, computed in float64 (the portable replay)."""
+    with default_dtype(torch.float64):
+        ptx = {str(c): ptx_run(seed, c, steps=steps) for c in PTX["ptx_coefs"]}
+        stale = {name: stale_run(seed, flag, steps=steps) for name, flag in (("on_policy", False), ("stale", True))}
+    return dict(ptx=ptx, stale=stale)
+
+
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
-    """Rerun the ex4 and ex5 sweeps and write them, with their configuration, to ``path``."""
+    """Rerun the ex4 and ex5 sweeps (and the float64 replay) and write them, with their configuration, to ``path``."""
     t0 = time.perf_counter()
     ptx = {str(c): [ptx_run(s, c) for s in PTX["seeds"]] for c in PTX["ptx_coefs"]}
     t1 = time.perf_counter()
@@ -343,12 +400,15 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
     t2 = time.perf_counter()
     results = dict(
         torch=torch.__version__,
-        chapter_run=CHAPTER_RUN,
+        fingerprint=code_fingerprint(),
+        chapter_run=dataclasses.asdict(CHAPTER_RUN),
         ptx_config={**PTX, "seeds": list(PTX["seeds"]), "ptx_coefs": list(PTX["ptx_coefs"])},
         stale_config={**STALE, "seeds": list(STALE["seeds"])},
+        replay_config=REPLAY,
         seconds=dict(ptx=round(t1 - t0, 1), stale=round(t2 - t1, 1)),
         ptx=ptx,
         stale=stale,
+        replay64=replay64(),
     )
     path.write_text(json.dumps(results, indent=1) + "\n")
     if verbose:

@@ -11,7 +11,6 @@ read-only cells), so edit the code here, never in a notebook.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch.nn as nn
 
 from mlbook.posttrain.masks import (
     Reduce,
+    global_mean,
     masked_mean,
     masked_whiten,
     no_reduce,
@@ -188,8 +188,9 @@ def collect_rollouts(
     rollouts). ``logp_old`` always comes from the model that sampled, and is checked against the
     log-probs recorded during generation, so a mismatch (dropout, padding, temperature) fails here.
 
-    Returns a dict of tensors: ``tokens`` (B, T), ``mask``, ``logp_old``, ``logp_ref``,
-    ``values_old`` (each (B, T-1)), and ``on_policy`` (0-d bool: sampler is policy).
+    Returns a dict of tensors: ``tokens`` and ``response_mask`` (B, T) (what a reward function
+    takes); ``mask``, ``logp_old``, ``logp_ref``, ``values_old``, each (B, T-1) and aligned with
+    ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
     tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
@@ -202,17 +203,62 @@ def collect_rollouts(
     if gap > 1e-4:
         raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
-    return dict(tokens=tokens, mask=mask, logp_old=logp_old, logp_ref=logp_ref, values_old=values_old, on_policy=on_policy)
+    return dict(
+        tokens=tokens,
+        response_mask=full_mask,
+        mask=mask,
+        logp_old=logp_old,
+        logp_ref=logp_ref,
+        values_old=values_old,
+        on_policy=on_policy,
+    )
+
+
+@dataclass(kw_only=True)
+class PPOConfig:
+    """Every hyperparameter of one PPO-RLHF run. The defaults are the chapter's §3.6 run."""
+
+    steps: int = 40
+    """PPO iterations: each samples a rollout batch, then makes one update."""
+    max_new_tokens: int = 8
+    """Longest response sampled per prompt."""
+    beta: float = 0.3
+    """Weight of the per-token KL fee: the initial value if ``kl_target`` is set, else fixed."""
+    kl_target: float | None = 3.0
+    """Per-sequence KL (nats) the adaptive controller steers toward; ``None`` keeps beta fixed."""
+    horizon: float = 10
+    """Controller horizon in updates (it is fed ``n_steps=1`` per update)."""
+    lr: float = 2e-3
+    """Adam learning rate for policy and critic."""
+    clip_eps: float = 0.2
+    """Half-width of the ratio band [1 - eps, 1 + eps], and of the value clip around V_old."""
+    ppo_epochs: int = 4
+    """Full-batch optimiser steps on each rollout batch."""
+    gamma: float = 1.0
+    """Discount of GAE (1: no discount within a response)."""
+    lam: float = 0.95
+    """GAE lambda: 1 gives Monte-Carlo returns minus V, 0 one-step TD errors."""
+    vf_coef: float = 0.5
+    """Weight of the value loss in the total loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus (0: none, as in most RLHF runs)."""
+    whiten: bool = True
+    """Whiten advantages over the response tokens of the whole (global) batch."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm of policy + critic to this."""
+    approx_kl_stop: float | None = None
+    """Skip the remaining epochs of an update once E[r - 1 - log r] exceeds this; None: never."""
 
 
 @dataclass
-class UpdateStats:
-    clip_frac: float  # from the last epoch that ran
-    value_loss: float
-    entropy: float
-    approx_kl: float  # E[r - 1 - log r] between the sampling policy and the policy before the last epoch's step
-    epochs: int  # epochs actually run (fewer than asked when the approx-KL early stop fired)
-    extra_loss: float = math.nan  # value of the optional extra loss term (e.g. PPO-ptx SFT loss)
+class EpochStats:
+    """What one epoch of ``ppo_update`` measured, before its optimiser step (global under DDP)."""
+
+    clip_frac: float  # share of response tokens with |ratio - 1| > clip_eps
+    value_loss: float  # clipped critic loss
+    entropy: float  # mean next-token entropy over response positions
+    approx_kl: float  # E[r - 1 - log r]: sampling policy vs the policy at the start of this epoch
+    extra_loss: float = math.nan  # value of the optional extra loss term (e.g. PPO-ptx)
 
 
 def ppo_update(
@@ -221,83 +267,94 @@ def ppo_update(
     opt: torch.optim.Optimizer,  # over policy and critic parameters
     roll: dict[str, torch.Tensor],  # from collect_rollouts
     scores: torch.Tensor,  # (B,) sequence rewards
-    beta: float,
-    clip_eps: float = 0.2,  # ratio band and value clip width
-    ppo_epochs: int = 2,  # full-batch passes over the rollouts
-    vf_coef: float = 0.5,
-    ent_coef: float = 0.0,
-    whiten: bool = True,
-    max_grad_norm: float = 1.0,
-    approx_kl_stop: float | None = None,
+    beta: float,  # this step's KL coefficient
+    cfg: PPOConfig,
+    *,
     extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
     reduce: Reduce | None = None,
-) -> UpdateStats:
-    """``ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H (+ extra_loss(policy))``.
+) -> list[EpochStats]:
+    """Up to ``cfg.ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H``.
 
-    ``approx_kl_stop``: skip the remaining epochs once ``E[r - 1 - log r]`` exceeds it.
-    ``extra_loss``: a term added to every epoch's loss (PPO-ptx passes ``ptx_coef * sft_loss``).
-    ``reduce``: sums a tensor over ranks under DDP (see ``mlbook_solutions.ddp``). It makes the
-    advantage whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one
-    process on the whole batch. ``None`` means one process.
+    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx adds ``ptx_coef * sft_loss``).
+    ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
+    the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
+    on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
+    the approx-KL early stop fired).
     """
     reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
-    advantages, returns = gae(rewards, roll["values_old"], m)  # (B, T-1) each
-    if whiten:
-        advantages = masked_whiten(advantages, m, reduce)  # (B, T-1) zero mean, unit std over all response tokens
-    # Token-mean losses over the *global* batch: rank r's mean is rescaled by n_r * world / n_total,
-    # because DDP averages (divides by world) the per-rank gradients.
+    advantages, returns = gae(rewards, roll["values_old"], m, cfg.gamma, cfg.lam)  # (B, T-1) each
+    if cfg.whiten:  # zero mean, unit std over every response token of the global batch
+        advantages = masked_whiten(advantages, m, reduce)  # (B, T-1)
+    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local token
+    # mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
     n_local = m.sum()
-    n_total, world = reduce(torch.stack([n_local, torch.ones_like(n_local)])).unbind()
-    scale = n_local * world / n_total.clamp(min=1.0)
+    scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
-    epochs_run, approx_kl, extra = 0, 0.0, math.nan
-    for epoch in range(ppo_epochs):
+    history: list[EpochStats] = []
+    for epoch in range(cfg.ppo_epochs):
         logits = policy(roll["tokens"])  # (B, T, V)
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
-        approx_kl = float(reduce(torch.stack([((log_ratio.exp() - 1 - log_ratio) * m).sum(), n_local]))[0] / n_total)
+        approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
             raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
-        if approx_kl_stop is not None and epoch > 0 and approx_kl > approx_kl_stop:
+        if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
-        v_loss = value_loss(values, roll["values_old"], returns, m, clip_eps)
+        v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
-        loss = scale * (policy_loss + vf_coef * v_loss - ent_coef * ent)  # scalar
+        loss = scale * (policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent)  # scalar
+        extra = math.nan
         if extra_loss is not None:
             term = extra_loss(policy)
             loss = loss + term
             extra = float(term.detach())
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
-        epochs_run += 1
-    clip_frac = float(reduce(n_local.new_tensor([clip_frac * float(n_local)]))[0] / float(n_total))
-    return UpdateStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, epochs_run, extra)
+        clip_frac = float(global_mean(n_local.new_tensor([clip_frac]), n_local.reshape(1), reduce))
+        history.append(EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra))
+    return history
 
 
 @dataclass
 class PPOStats:
+    """One training step, as ``train_ppo`` logs it."""
+
     reward: float  # mean sequence score of the step's rollouts
     kl: float  # per-sequence KL estimate to the reference (sum over tokens, mean over samples)
-    clip_frac: float  # share of response tokens outside the ratio band (last epoch)
-    value_loss: float  # clipped critic loss (last epoch)
-    entropy: float  # mean next-token entropy over response positions
     beta: float  # the beta used for this step's rewards
-    approx_kl: float  # old-vs-new policy drift within the step
-    response_len: float
-    extra_loss: float = math.nan
+    response_len: float  # mean response length in tokens
+    epochs: list[EpochStats]  # what each PPO epoch of the update measured
+    eval: float = math.nan  # train_ppo's evaluate(policy) at the start of the step, if given
+
+    @property
+    def clip_frac(self) -> float:
+        """Clip fraction of the last epoch that ran."""
+        return self.epochs[-1].clip_frac
+
+    @property
+    def approx_kl(self) -> float:
+        """Old-vs-new policy drift at the start of the last epoch."""
+        return self.epochs[-1].approx_kl
+
+    @property
+    def value_loss(self) -> float:
+        return self.epochs[-1].value_loss
+
+    @property
+    def entropy(self) -> float:
+        return self.epochs[-1].entropy
 
 
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
     """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
-    total, count = (reduce or no_reduce)(torch.stack([per_seq.sum(), per_seq.new_tensor(float(len(per_seq)))]))
-    return float(total / count)
+    return float(global_mean(per_seq, reduce=reduce or no_reduce))
 
 
 def train_ppo(
@@ -307,55 +364,49 @@ def train_ppo(
     prompts: torch.Tensor,  # (B, P) long
     reward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     eos_id: int,
-    steps: int = 30,  # PPO iterations (rollout + update)
-    max_new_tokens: int = 8,
-    beta: float = 0.05,  # initial (or fixed) KL coefficient
-    kl_target: float | None = None,  # per-sequence KL target; None keeps beta fixed
-    lr: float = 1e-3,
-    clip_eps: float = 0.2,
-    ppo_epochs: int = 2,
-    horizon: float = 10,
+    cfg: PPOConfig | None = None,
+    *,
     generator: torch.Generator | None = None,
-    stale_sampler: bool = False,
-    progress: bool = False,
+    sampler: Callable[[nn.Module], nn.Module] | None = None,
+    extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
     reduce: Reduce | None = None,
-    **update_kwargs,
+    evaluate: Callable[[nn.Module], float] | None = None,
+    progress: bool = False,
 ) -> list[PPOStats]:
-    """The outer loop, ``steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
+    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
 
     ``reward_fn(tokens, response_mask) -> (B,)`` scores whole sequences (``response_mask`` is the
-    (B, T) mask over tokens). With ``kl_target`` an :class:`AdaptiveKLController` (horizon in
-    updates, ``n_steps=1``) moves ``beta``; otherwise ``beta`` stays fixed. ``stale_sampler``
-    samples each step with the policy as it was one update earlier (asynchronous rollouts).
-    Extra keyword arguments go to :func:`ppo_update`.
+    (B, T) mask over tokens). With ``cfg.kl_target`` an :class:`AdaptiveKLController` moves beta.
+    ``sampler(policy)`` returns the model that samples this step (default: the policy itself; an
+    older copy for asynchronous rollouts). ``extra_loss`` and ``reduce`` go to :func:`ppo_update`.
+    ``evaluate(policy) -> float`` is logged as ``PPOStats.eval`` at the start of every step.
     """
+    cfg = cfg or PPOConfig()
     reduce = reduce or no_reduce
     for p in ref.parameters():
         p.requires_grad_(False)
-    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=lr)
-    controller = AdaptiveKLController(beta, kl_target, horizon) if kl_target is not None else None
-    previous = copy.deepcopy(policy) if stale_sampler else None
-    history: list[PPOStats] = []
-    bar = range(steps)
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
+    controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
+    beta, history = cfg.beta, []
+    bar = range(cfg.steps)
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(bar, desc="PPO", unit="step")
     for _ in bar:
-        roll = collect_rollouts(policy, ref, critic, prompts, max_new_tokens, eos_id, generator, sampler=previous)
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
-        scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
+        evaluated = math.nan
+        if evaluate is not None:
+            with torch.no_grad():
+                evaluated = float(evaluate(policy))
+        model = sampler(policy) if sampler is not None else None
+        roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
+        scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
-        if previous is not None:
-            previous.load_state_dict(policy.state_dict())  # next step samples with the weights before this update
-        upd = ppo_update(policy, critic, opt, roll, scores, beta, clip_eps, ppo_epochs, reduce=reduce, **update_kwargs)
-        reward, length = reduce(torch.stack([scores.sum(), roll["mask"].sum()])).tolist()
-        n = len(scores) * float(reduce(scores.new_ones(())))  # sequences over all ranks
-        history.append(
-            PPOStats(reward / n, kl, upd.clip_frac, upd.value_loss, upd.entropy, beta, upd.approx_kl, length / n, upd.extra_loss)
-        )
+        epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
+        reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()
+        history.append(PPOStats(reward, kl, beta, length, epochs, evaluated))
         if progress:
-            bar.set_postfix(reward=f"{reward / n:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
+            bar.set_postfix(reward=f"{reward:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
         if controller is not None:  # adapt beta for the next step
             beta = controller.update(kl)
     return history

@@ -181,7 +181,7 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
             if "stub" in meta:
                 code, names = object_source(meta["stub"], stub=True, stub_methods=meta.get("stub_methods", ""))
                 src = code + ("\n\n\n" + src if src.strip() else "")
-                md = _cell_meta(names[0], solution=True, locked=False)
+                md = _cell_meta(meta.get("grade_id", names[0]), solution=True, locked=False)
             elif "solution" in meta:
                 md = _cell_meta(meta["solution"], solution=True, locked=False)
             elif "test" in meta:

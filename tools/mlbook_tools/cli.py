@@ -2,6 +2,7 @@
 
 mlbook build [--check]          generate autograde/source, chapters/ and solutions/notebooks
 mlbook grade PATH.ipynb --json  autograde one notebook, print {"score", "max_score", "grades"}
+mlbook student-dist [--out D]   write what students get: the library wheel and the released notebooks
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--assignment", default="rlhf_ppo")
     g.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: the course's)")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
+    d = sub.add_parser("student-dist", help="write the student distribution (library wheel + released notebooks)")
+    d.add_argument("--out", default=None, help="output folder (default: [tool.mlbook] student-dist)")
     args = ap.parse_args(argv)
 
+    if args.command == "student-dist":
+        from mlbook_tools.dist import student_dist
+
+        print(f"wrote {student_dist(args.out)}")
+        return 0
     if args.command == "build":
         from mlbook_tools.build import build
 

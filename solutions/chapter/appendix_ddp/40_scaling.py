@@ -59,7 +59,7 @@ print(f"generation time, 2 ranks / 1 rank:                 {gen_ratio:.2f}")
 # sharded data parallelism (FSDP, ZeRO) takes over from plain DDP.
 #
 # The command-line route, `torchrun ... -m mlbook_solutions.ddp`, runs the same `worker`;
-# `scripts/ddp_exit_repeat.py` starts it repeatedly and counts the runs that fail.
+# `tests/test_slow.py` (marker `stress`) starts it 20 times under torchrun and fails if any run crashes.
 
 # %%
 print(f"time since the first code cell: {time.perf_counter() - NOTEBOOK_T0:.1f} s")

@@ -36,6 +36,7 @@
 
 # %%
 import copy
+import dataclasses
 import math
 import os
 import time

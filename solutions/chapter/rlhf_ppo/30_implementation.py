@@ -196,12 +196,15 @@ print("✓ AdaptiveKLController.update")
 # production bug that silently biases every ratio, so here it raises. For the same reason
 # `ppo_update` asserts that its first epoch starts at ratio 1 when the batch is on-policy.
 #
+# Every hyperparameter of a run lives in one place, `PPOConfig`, with a line on each field.
 # `ppo_update` turns a batch into shaped rewards, advantages (whitened over response tokens), and
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
-# `approx_kl_stop`. Two hooks serve later parts of the chapter: `extra_loss` adds a term to every
-# epoch (the PPO-ptx exercise), and `reduce` sums statistics over processes (the DDP appendix).
+# `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
+# drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
+# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,UpdateStats,ppo_update,PPOStats,sequence_kl,train_ppo"
+# %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,PPOConfig,EpochStats,ppo_update,PPOStats,sequence_kl,train_ppo"
 
 # %% [markdown]
 # ### 3.6 Training the toy model
@@ -239,12 +242,12 @@ class RunLog:
 
 # %% include="mlbook_solutions.run_toy:CHAPTER_RUN"
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_settings = {**CHAPTER_RUN, "steps": 15} if AUTOGRADING else CHAPTER_RUN  # shorter while a class is graded
-print("settings:", run_settings)
+run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
+print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
 history = train_ppo(
-    policy, ref, critic, prompts, run_log.reward, END_ID, generator=gen, progress=True, extra_loss=run_log, **run_settings
+    policy, ref, critic, prompts, run_log.reward, END_ID, run_cfg, generator=gen, progress=True, extra_loss=run_log
 )  # fmt: skip
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
@@ -258,10 +261,10 @@ peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 curves = (
     f"reward {history[0].reward:.2f} -> peak {history[best].reward:.2f} (step {best + 1}) -> {history[-1].reward:.2f}; "
-    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN['kl_target']}) and ends at {history[-1].kl:.2f}"
+    f"KL peaks at {history[peak].kl:.2f} (step {peak + 1}, target {CHAPTER_RUN.kl_target}) and ends at {history[-1].kl:.2f}"
 )
 show(
-    plot_training_curves(history, kl_target=CHAPTER_RUN["kl_target"]),
+    plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target),
     alt=f"Four training curves over {len(history)} PPO steps: {curves}; clip fraction between "
     f"{min(h.clip_frac for h in history):.2f} and {max(h.clip_frac for h in history):.2f}; "
     f"beta from {history[0].beta:.3f} to {history[-1].beta:.3f}.",
@@ -269,7 +272,7 @@ show(
 print(curves)
 print(
     f"beta {history[0].beta:.3f} -> {history[-1].beta:.3f}; the controller moves it by at most "
-    f"{100 * 0.2 / CHAPTER_RUN['horizon']:.0f} % per step"
+    f"{100 * 0.2 / CHAPTER_RUN.horizon:.0f} % per step"
 )
 samples = collect_rollouts(policy, ref, critic, prompts[:4], 8, END_ID, gen)["tokens"]
 for row in samples:
@@ -417,6 +420,6 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # the policy moves further within a step.
 
 
-# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo)"
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)"
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

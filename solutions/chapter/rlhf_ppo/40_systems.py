@@ -120,7 +120,7 @@ print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of stric
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
 split = time_ppo_step(
-    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, ppo_epochs=4
+    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, cfg=CHAPTER_RUN
 )
 print(f"one PPO step on the toy: {len(prompts)} prompts, {split['response_tokens']:.0f} response tokens")
 print(format_time_split(split))
@@ -135,7 +135,7 @@ print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'upda
 for n_new in (8, 16, longest):
     s = split if n_new == 8 else time_ppo_step(
         policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=n_new, repeats=2, warmup=0,
-        beta=0.3, ppo_epochs=4,
+        beta=0.3, cfg=CHAPTER_RUN,
     )  # fmt: skip
     fr = s["fractions"]
     print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")

@@ -8,7 +8,7 @@
 #
 # Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
 # from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
-# you met in §3 through their hooks (`sampler=`, `whiten=`, `extra_loss=`, `stale_sampler=`). The
+# you met in §3 through `PPOConfig` and their arguments (`sampler=`, `extra_loss=`, `evaluate=`). The
 # two training sweeps (5 seeds, two or three arms each, a couple of minutes of CPU) are read from a cache
 # that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
 
@@ -16,6 +16,8 @@
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
+
+from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, token_log_probs
 
 # %% [markdown]
 # ### Exercise 1 ★: a larger β on the §1 example
@@ -72,14 +74,7 @@ print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2
 # why the identity holds.
 
 
-# %% solution="ex2_reward_to_go"
-def reward_to_go(rewards, response_mask):
-    """G_t = sum of R_s for s >= t over the response, 0 off it: (B, T-1), (B, T-1) -> (B, T-1)."""
-    ### BEGIN SOLUTION
-    on_response = rewards * response_mask
-    return on_response.flip(1).cumsum(1).flip(1) * response_mask
-    ### END SOLUTION
-
+# %% stub="mlbook_solutions.exercises:reward_to_go" grade_id="ex2_reward_to_go"
 
 # %%
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
@@ -120,9 +115,9 @@ print("row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =", [round(x,
 # unchanged, and name a situation where it does change where the update ends up. (b) Measure it: on one
 # rollout batch, run the same multi-epoch `ppo_update` with `whiten=True` and with `whiten=False`, starting
 # both from identical copies of the policy, critic and optimizer, and count after each epoch how many
-# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `extra_loss` is called at the start of
-# every epoch, before that epoch's step, with the policy; a function that counts and returns `torch.zeros(())`
-# observes without changing anything. Add one more count after `ppo_update` returns.)
+# response tokens have a ratio outside $[1-\epsilon, 1+\epsilon]$. (Hint: `ppo_update` returns one `EpochStats`
+# per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
+# tokens is the count. Add one more count after `ppo_update` returns.)
 
 # %% solution="ex3_demo"
 ### BEGIN SOLUTION
@@ -195,76 +190,22 @@ for ex3_seed in range(3):
 # as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
-# %% solution="ex4_ptx"
-from mlbook.posttrain.toy_lm import demonstration_batch, sft_loss
+# %% stub="mlbook_solutions.exercises:make_ptx_loss" grade_id="ex4_ptx"
 
-
-def make_ptx_loss(batch, ptx_coef):
-    """Return extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels), a scalar with gradient."""
-
-    ### BEGIN SOLUTION
-    def extra_loss(policy):
-        return ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)
-
-    return extra_loss
-    ### END SOLUTION
-
-
-# %% test="ex4_ptx_test" points=1
-import math
-import warnings
-
+# %% test="ex4_ptx_test" points=1 check="check_ex4_ptx_loss(make_ptx_loss)"
+# Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
+# on models the test builds, and that it evaluates the policy it is given.
 import torch
-import torch.nn.functional as F
 
 from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, demonstration_batch
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    torch.manual_seed(0)
-    _lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
-    _term = make_ptx_loss(demonstration_batch(), 0.5)
-    assert callable(_term), "make_ptx_loss must return a function of the policy"
-    _value = _term(_lm)
-    assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
-    assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
-### BEGIN HIDDEN TESTS
-
-
-def _ex4_expected(model, batch, coef):
-    """coef * mean over labelled positions of -log p(label), written as a loop over positions."""
-    logp = torch.log_softmax(model(batch.input_ids).double(), dim=-1)  # (N, T, V)
-    total, count = 0.0, 0
-    for i in range(batch.labels.shape[0]):
-        for t in range(1, batch.labels.shape[1]):
-            label = int(batch.labels[i, t])
-            if label != -100:
-                total = total - logp[i, t - 1, label]
-                count += 1
-    return coef * total / count
-
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    _demos = demonstration_batch()
-    for _seed, _coef in ((1, 0.5), (2, 1.7)):
-        torch.manual_seed(_seed)
-        _model = TinyCausalLM(ToyLMConfig(init_std=0.3))
-        _got = make_ptx_loss(_demos, _coef)(_model)
-        _want = _ex4_expected(_model, _demos, _coef)
-        assert math.isclose(float(_got), float(_want), rel_tol=1e-4), (
-            f"ptx term {float(_got):.5f}, expected {float(_want):.5f}: ptx_coef times the mean next-token "
-            "cross-entropy of the policy on the demonstrations (labels shifted by one, -100 positions ignored)"
-        )
-        (_g_got,) = torch.autograd.grad(_got, _model.lm_head.weight)
-        (_g_want,) = torch.autograd.grad(_want, _model.lm_head.weight)
-        assert torch.allclose(_g_got.double(), _g_want.double(), rtol=1e-3, atol=1e-6), "the ptx term has the wrong gradient"
-    # The function must use the policy it is given, not a model captured when it was made.
-    torch.manual_seed(3)
-    _a, _b = TinyCausalLM(ToyLMConfig(init_std=0.3)), TinyCausalLM(ToyLMConfig(init_std=0.3))
-    _fn = make_ptx_loss(_demos, 1.0)
-    assert not math.isclose(float(_fn(_a)), float(_fn(_b)), rel_tol=1e-6), "extra_loss must evaluate the policy passed to it"
-### END HIDDEN TESTS
+torch.manual_seed(0)
+_lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
+_term = make_ptx_loss(demonstration_batch(), 0.5)
+assert callable(_term), "make_ptx_loss must return a function of the policy"
+_value = _term(_lm)
+assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
+assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 
 # %% solution="ex4_demo"
 ### BEGIN SOLUTION
@@ -316,7 +257,8 @@ show(
 # ### Exercise 5 ★★★: asynchronous rollouts
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
-# update behind the policy being trained. `train_ppo(stale_sampler=True)` does exactly that, and
+# update behind the policy being trained. `train_ppo(sampler=StaleByOneUpdate())` (from
+# `mlbook_solutions.exercises`) does exactly that, and
 # `collect_rollouts(sampler=...)` records `logp_old` from the model that actually sampled.
 #
 # Write `importance_ratios(policy, sampler, tokens, response_mask)`: the ratio
@@ -325,60 +267,23 @@ show(
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% solution="ex5_stale"
-from mlbook.posttrain.toy_lm import token_log_probs
+# %% stub="mlbook_solutions.exercises:importance_ratios" grade_id="ex5_stale"
 
-
-def importance_ratios(policy, sampler, tokens, response_mask):
-    """pi_policy(token) / pi_sampler(token) per sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
-    ### BEGIN SOLUTION
-    with torch.no_grad():
-        logp_policy = token_log_probs(policy(tokens), tokens)  # (B, T-1)
-        logp_sampler = token_log_probs(sampler(tokens), tokens)  # (B, T-1)
-    return torch.where(response_mask.bool(), torch.exp(logp_policy - logp_sampler), torch.ones_like(logp_policy))
-    ### END SOLUTION
-
-
-# %% test="ex5_stale_test" points=1
+# %% test="ex5_stale_test" points=1 check="check_ex5_importance_ratios(importance_ratios)"
+# Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
+# has moved on since. The visible part: shape, and a model against itself.
 import copy
-import math
-import warnings
-
-import torch
 
 from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    torch.manual_seed(0)
-    _sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
-    _policy = copy.deepcopy(_sampler)
-    with torch.no_grad():
-        for _p in _policy.parameters():
-            _p.add_(0.05 * torch.randn_like(_p))  # the policy has moved on since the sampler's weights
-    _gen = torch.Generator().manual_seed(0)
-    _tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
-    _mask = _full_mask[:, 1:]
-    _r = torch.as_tensor(importance_ratios(_policy, _sampler, _tokens, _mask)).detach().double()
-    assert _r.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_r.shape)}"
-    _same = torch.as_tensor(importance_ratios(_sampler, _sampler, _tokens, _mask)).detach().double()
-    assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
-    ### BEGIN HIDDEN TESTS
-    _lp_pol = torch.log_softmax(_policy(_tokens).double(), dim=-1)
-    _lp_smp = torch.log_softmax(_sampler(_tokens).double(), dim=-1)
-    _want = torch.ones(_mask.shape, dtype=torch.float64)
-    for _i in range(_tokens.shape[0]):
-        for _t in range(_tokens.shape[1] - 1):
-            if _mask[_i, _t] == 1:
-                _y = int(_tokens[_i, _t + 1])  # position t predicts token t + 1
-                _want[_i, _t] = math.exp(float(_lp_pol[_i, _t, _y] - _lp_smp[_i, _t, _y]))
-    _on = _mask.bool()
-    assert float((_want[_on] - 1).abs().mean()) > 0.05, "test setup: the two models should differ"
-    assert torch.allclose(_r[_on], _want[_on], rtol=1e-4, atol=1e-5), (
-        "ratios differ from pi_policy / pi_sampler of the sampled tokens: check which model is on top, that the log-probs "
-        "are those of tokens[:, t+1] at position t, and that you return the ratio, not its log"
-    )
-### END HIDDEN TESTS
+torch.manual_seed(0)
+_sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
+_gen = torch.Generator().manual_seed(0)
+_tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
+_mask = _full_mask[:, 1:]
+_same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)).double()
+assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
+assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
 
 # %% solution="ex5_demo"
 ### BEGIN SOLUTION
@@ -394,10 +299,10 @@ for ex5_name in ("on_policy", "stale"):
         f"   {ex5_name:9s}: {ex5_mean:.3f} ± {ex5_std:.3f} [min {ex5_lo:.3f}, max {ex5_hi:.3f}]   "
         f"reward over the last 5 steps {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f}"
     )
-print(f"   why the stale arm ends with more reward (KL target {CHAPTER_RUN['kl_target']}, beta starts at {CHAPTER_RUN['beta']}):")
+print(f"   why the stale arm ends with more reward (KL target {CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}):")
 for ex5_name in ("on_policy", "stale"):
     ex5_runs = ex5_results["stale"][ex5_name]
-    ex5_under = [sum(k < CHAPTER_RUN["kl_target"] for k in r["kl"]) for r in ex5_runs]  # steps in which beta fell
+    ex5_under = [sum(k < CHAPTER_RUN.kl_target for k in r["kl"]) for r in ex5_runs]  # steps in which beta fell
     ex5_low = [min(r["beta"]) for r in ex5_runs]
     ex5_kl, ex5_beta = ex5_summary[f"{ex5_name}_kl_last5"], ex5_summary[f"{ex5_name}_beta_final"]
     print(

@@ -29,22 +29,34 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def global_mean(x: torch.Tensor, weights: torch.Tensor | None = None, reduce: Reduce = no_reduce) -> torch.Tensor:
+    """``sum(weights * x) / sum(weights)`` over every rank, accumulated in float64, with one ``reduce``.
+
+    ``weights`` (a 0/1 mask, or counts) has the shape of ``x``'s trailing dims; ``x`` may stack K
+    quantities in front, each averaged separately: (K, *S), (*S) -> (K,). No weights: a plain mean
+    over the last dim, (K, B) -> (K,).
+    The one helper behind every statistic that mixes samples (whitening moments, KL, token means):
+    in one process ``reduce`` is the identity and this is a masked mean.
+    """
+    w = x.new_ones(x.shape[-1:]) if weights is None else weights
+    lead = x.shape[: x.dim() - w.dim()]
+    x64 = x.to(torch.float64).reshape(*lead, -1)  # (*K, N)
+    w64 = w.to(device=x.device, dtype=torch.float64).reshape(-1)  # (N,)
+    sums = reduce(torch.cat([(x64 * w64).sum(-1).reshape(-1), w64.sum().reshape(1)]))  # (K + 1,)
+    return (sums[:-1] / sums[-1].clamp(min=1e-300)).reshape(lead)
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = no_reduce, eps: float = 1e-8) -> torch.Tensor:
     """``(x - mean) / std`` over masked positions; zero outside the mask.
 
-    Uses the population variance of the masked entries. ``reduce`` sums its argument over ranks, so
-    under DDP the mean and std are those of the whole global batch (sum, sum of squares, count): one
-    all-reduce. The variance comes from one pass, E[x^2] - mean^2, which cancels catastrophically
-    when |mean| >> std (in float32 it degrades at |mean|/std ~ 1e3 and fails at 1e4), so the sums are
-    accumulated in float64; the result has the dtype of ``x``.
+    Population variance of the masked entries, from the first two moments summed in float64 (in
+    float32, E[x^2] - mean^2 loses every digit once |mean| / std reaches about 1e4). Under DDP the
+    moments are those of the whole global batch: one all-reduce of (sum x, sum x^2, count).
     """
-    x64, m64 = x.double(), mask.double()
-    stats = reduce(torch.stack([masked_sum(x64, m64), masked_sum(x64 * x64, m64), m64.sum()]))  # (3,) float64
-    total, total_sq, count = stats.unbind()
-    count = count.clamp(min=1.0)
-    mean = total / count
-    var = (total_sq / count - mean * mean).clamp(min=0.0)
-    return ((x64 - mean) * torch.rsqrt(var + eps) * m64).to(x.dtype)
+    x64 = x.to(torch.float64)
+    mean, mean_sq = global_mean(torch.stack([x64, x64 * x64]), mask, reduce)  # float64 scalars
+    var = (mean_sq - mean * mean).clamp(min=0.0)
+    return ((x64 - mean) * torch.rsqrt(var + eps)).to(x.dtype) * mask
 
 
 # ------------------------------------------------------------------------------------ validation

@@ -15,6 +15,7 @@ sampled. Padding uses its own id, never the end id (a shared pad/end id masks ou
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -224,6 +225,17 @@ def build_models(seed: int = 0, batch: int = 64, cfg: ToyLMConfig | None = None,
     ref.requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
     return ToySetup(policy, ref, critic, make_prompts(batch, gen).to(device), gen)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    """Temporarily set torch's default dtype (models built inside get parameters of that dtype)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def good_count_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,119 @@
+"""The student distribution leaks nothing, and the released notebook runs with only it installed.
+
+``mlbook student-dist`` writes the library wheel, the released notebook and the pinned requirements.
+Here: (1) no file in it holds a solution region of the source notebook, a hidden test, nbgrader's
+markers, the source notebook or the reference package; (2) a fresh virtual environment with the wheel
+installed (third-party packages borrowed read-only from this environment's site-packages, which are
+NOT processed as a site dir, so the editable mlbook_solutions / mlbook_tools / mlbook installs of this
+checkout stay invisible) runs the released notebook, from a folder holding nothing else, up to its
+first stub, where it must stop with NotImplementedError and nothing earlier.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import nbformat
+import pytest
+from mlbook_tools.build import MARKERS
+from mlbook_tools.config import layout
+from mlbook_tools.dist import student_dist
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+NB = "rlhf_ppo.ipynb"
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    return student_dist(tmp_path_factory.mktemp("dist") / "student")
+
+
+def _texts(folder):
+    """(name, text) of every file, wheel members included."""
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as whl:
+                for member in whl.namelist():
+                    yield f"{path.name}:{member}", whl.read(member).decode("utf-8", "replace")
+        else:
+            yield path.name, path.read_text()
+
+
+def _regions():
+    """The substantial lines of every solution and hidden-test region of the nbgrader source notebook."""
+    source = nbformat.read(layout().course / "source" / "rlhf_ppo" / NB, as_version=4)
+    regions, current = [], None
+    for cell in source.cells:
+        for line in cell.source.splitlines():
+            stripped = line.strip()
+            if stripped in MARKERS:
+                current = [] if stripped.startswith("### BEGIN") else None
+                if current is not None:
+                    regions.append(current)
+            elif current is not None and len(stripped) > 12 and not stripped.startswith(("#", "import ", "from ")):
+                current.append(stripped)
+    return [r for r in regions if len(r) >= 2]
+
+
+def test_dist_holds_only_the_library_and_the_release(dist):
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == [n for n in names if n in {NB, "rlhf_ppo.py", "requirements.txt"} or n.endswith(".whl")]
+    with zipfile.ZipFile(next(dist.glob("mlbook-*.whl"))) as whl:
+        packages = {m.split("/")[0] for m in whl.namelist() if not m.split("/")[0].endswith(".dist-info")}
+    assert packages == {"mlbook"}, packages
+    regions = _regions()
+    assert len(regions) >= 10, "the source notebook should have solution and hidden-test regions to look for"
+    for name, text in _texts(dist):
+        for package in ("mlbook_solutions", "mlbook_tools"):  # prose may name them; no code may need them
+            assert f"import {package}" not in text and f"from {package}" not in text, f"{name} imports {package}"
+        for marker in MARKERS:
+            assert marker not in text, f"{name} contains {marker!r}"
+        assert "def check_" not in text and "ppo_checks" not in text, f"{name} contains hidden-test code"
+        for region in regions:  # a stray common line may match; half of a region may not
+            found = [line for line in region if line in text]
+            assert len(found) < max(2, len(region) / 2), f"{name} contains a solution or hidden test: {found[:3]}"
+
+
+def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    with zipfile.ZipFile(next(dist.glob("mlbook-*.whl"))) as whl:
+        whl.extractall(purelib)  # a pure-Python wheel: installing it is unpacking it
+    # Third-party packages, read-only, as a plain path (its .pth files are not run: no editable installs).
+    (pathlib.Path(purelib) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = "import importlib.util as u; print([u.find_spec(m) is None for m in ('mlbook_solutions', 'mlbook_tools')])"
+    seen = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert seen.strip() == "[True, True]", seen
+    kernels = tmp_path / "jupyter" / "kernels" / "student"
+    kernels.mkdir(parents=True)
+    spec = {"argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "student",
+            "language": "python"}  # fmt: skip
+    (kernels / "kernel.json").write_text(json.dumps(spec))
+    work = tmp_path / "student_home"
+    work.mkdir()
+    nb = nbformat.read(dist / NB, as_version=4)
+    first_stub = next(
+        i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
+    )  # fmt: skip -- defining a stub is fine; calling it raises
+    env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "MPLBACKEND": "Agg", "PYTHONNOUSERSITE": "1"}
+    client = NotebookClient(nb, timeout=300, kernel_name="student", resources={"metadata": {"path": str(work)}})
+    import os
+
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with pytest.raises(CellExecutionError) as err:
+            client.execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    failed = [i for i, c in enumerate(nb.cells) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and failed[0] >= first_stub, f"error in cell {failed}; the first stub is cell {first_stub}"
+    assert err.value.ename == "NotImplementedError", err.value.ename  # the first call of an unfilled stub

@@ -977,11 +977,13 @@ show(
     f"tokens, and the share of responses ending in <|end|> falls from {end_share[0]:.0%} to {end_share[-1]:.0%}.",
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7ad29552d742edec6278fe0830bdf953", "grade": false, "grade_id": "30_implementation-31", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "591c0d59490fe85b240140959d6a3a6b", "grade": false, "grade_id": "30_implementation-31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The policy did what the reward asked, and part of how it did it is worth naming. A response can
 # hold more `good` tokens only if it is long enough, and `<|end|>` spends a position on something
 # that scores nothing, so the policy learned to stop less often: the share of responses that end in
-# `<|end|>` falls and the mean length creeps toward the 8-token cap (the table above prints both).
+# `<|end|>` falls, to almost none around the reward peak, and the mean length climbs to the 8-token
+# cap (the table above prints both ends of the run). Only once $\beta$ has risen and the KL budget
+# binds does a little of the stopping come back.
 # That is a *length hack* in miniature, the same pattern as a real reward model that prefers longer
 # answers: the proxy reward goes up partly through a property (length) that nobody asked for. Here
 # the KL fee limits it; at scale it is why practitioners plot response length next to the reward

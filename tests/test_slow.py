@@ -45,7 +45,17 @@ def test_train_ppo_check_passes_on_every_seed():
 @pytest.mark.stress
 def test_ddp_torchrun_exits_cleanly_every_time():
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "mlbook_solutions.ddp", "--steps", "2", "--batch", "16"]
+    cmd = [
+        torchrun,
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "mlbook_solutions.ddp",
+        "--steps",
+        "2",
+        "--batch",
+        "16",
+    ]
     crashed = []
     for i in range(EXIT_RUNS):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -68,7 +68,10 @@ def test_dist_holds_only_the_library_and_the_release(dist):
     regions = _regions()
     assert len(regions) >= 10, "the source notebook should have solution and hidden-test regions to look for"
     for name, text in _texts(dist):
-        for package in ("mlbook_solutions", "mlbook_tools"):  # prose may name them; no code may need them
+        for package in (
+            "mlbook_solutions",
+            "mlbook_tools",
+        ):  # prose may name them; no code may need them
             assert f"import {package}" not in text and f"from {package}" not in text, f"{name} imports {package}"
         for marker in MARKERS:
             assert marker not in text, f"{name} contains {marker!r}"
@@ -88,9 +91,16 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
         whl.extractall(purelib)  # a pure-Python wheel: installing it is unpacking it
     # Third-party packages, read-only, as a plain path (its .pth files are not run: no editable installs).
     (pathlib.Path(purelib) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = "import importlib.util as u; print([u.find_spec(m) is None for m in ('mlbook_solutions', 'mlbook_tools')])"
-    seen = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
-    assert seen.strip() == "[True, True]", seen
+    probe = (
+        "import importlib, importlib.util as u, pkgutil, mlbook\n"
+        "mods = [m.name for m in pkgutil.walk_packages(mlbook.__path__, 'mlbook.')]\n"
+        "[importlib.import_module(m) for m in mods]\n"  # every module of the library imports on its own
+        "print(len(mods), [u.find_spec(m) is None for m in ('mlbook_solutions', 'mlbook_tools')])"
+    )
+    run = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env={"MPLBACKEND": "Agg"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    n_modules, hidden = run.stdout.strip().split(" ", 1)
+    assert int(n_modules) >= 6 and hidden == "[True, True]", run.stdout
     kernels = tmp_path / "jupyter" / "kernels" / "student"
     kernels.mkdir(parents=True)
     spec = {"argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "student",

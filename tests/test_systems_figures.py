@@ -1,5 +1,7 @@
 """The systems helpers (memory table, step timer) and the chapter's explanatory figures."""
 
+from functools import partial
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,11 +10,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mlbook_solutions.ppo_lm import PPOConfig, ppo_update  # noqa: E402
+from mlbook_solutions.ppo_lm import PPOConfig, collect_rollouts, ppo_update  # noqa: E402
 
 from mlbook.figures import CLIPPED_LABEL, PIPELINE_BOXES, draw_pipeline, plot_clip_objective  # noqa: E402
 from mlbook.posttrain.systems import (  # noqa: E402
     PHASES,
+    StepClock,
     format_memory_table,
     format_time_split,
     rlhf_memory_table,
@@ -76,8 +79,8 @@ def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     rng_before = torch.get_rng_state()
     split = time_ppo_step(
-        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=4, repeats=2, warmup=0,
-        cfg=PPOConfig(),
+        policy, ref, critic, prompts, rollout=collect_rollouts, reward_fn=good_count_reward,
+        update=partial(ppo_update, beta=0.05, cfg=PPOConfig()), max_new_tokens=4, eos_id=END_ID, repeats=2, warmup=0,
     )  # fmt: skip
     assert set(split["seconds"]) == set(PHASES) == set(split["fractions"])
     assert all(s > 0 for s in split["seconds"].values())
@@ -88,6 +91,32 @@ def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
     assert torch.equal(rng_before, torch.get_rng_state())
     assert "generation" in format_time_split(split)
+
+
+def test_step_clock_splits_a_rollout_into_decode_steps_and_scoring_forwards(one_thread):
+    torch.manual_seed(0)
+    cfg = ToyLMConfig(d_model=16, n_layers=1, max_len=16)
+    policy, ref, critic, prompts, _ = build_models(0, batch=4, cfg=cfg)
+    for use_cache in (False, True):
+        policy.cfg.use_cache = use_cache
+        clock, lengths = StepClock(), []
+        hook = policy.register_forward_hook(lambda m, a, o, seen=lengths: seen.append(a[0].shape[1]))
+        with clock.rollout(policy, ref, critic):
+            roll = collect_rollouts(policy, ref, critic, prompts, 6, None, torch.Generator().manual_seed(1))
+        hook.remove()
+        T = roll["tokens"].shape[1]
+        assert T == 2 + 6
+        # six decode calls of the policy (prefixes, or prompt + single tokens), then one full-length pass
+        assert lengths == ([2, 3, 4, 5, 6, 7] if not use_cache else [2, 1, 1, 1, 1, 1]) + [T]
+        assert clock.seconds["generation"] > 0 and clock.seconds["forward"] > 0
+        assert clock.seconds["reward"] == clock.seconds["update"] == 0
+        assert not policy._forward_hooks and not ref._forward_pre_hooks  # hooks removed
+    with clock.phase("reward"):
+        pass
+    assert clock.seconds["reward"] > 0
+    with pytest.raises(ValueError, match="unknown phase"):
+        with clock.phase("sampling"):
+            pass
 
 
 # ----------------------------------------------------------------------------------------- figures

@@ -24,7 +24,6 @@ import os
 import socket
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 import torch
@@ -34,10 +33,29 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlbook.posttrain.masks import Reduce
-from mlbook.posttrain.toy_lm import END_ID, build_models, default_dtype, good_count_reward, make_prompts
-from mlbook_solutions.ppo_lm import AdaptiveKLController, PPOConfig, collect_rollouts, ppo_update, sequence_kl
+from mlbook.posttrain.systems import StepClock
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    build_models,
+    default_dtype,
+    good_count_reward,
+    make_prompts,
+)
+from mlbook_solutions.ppo_lm import (
+    AdaptiveKLController,
+    PPOConfig,
+    collect_rollouts,
+    ppo_update,
+    sequence_kl,
+)
 
-ROLL_KEYS = ("tokens", "mask", "logp_old", "logp_ref", "values_old")  # what a saved rollout batch holds, with scores
+ROLL_KEYS = (
+    "tokens",
+    "mask",
+    "logp_old",
+    "logp_ref",
+    "values_old",
+)  # what a saved rollout batch holds, with scores
 SAMPLING_SEED_STRIDE = 100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
 
 
@@ -105,20 +123,6 @@ def make_reduce(device: torch.device | None = None) -> Reduce:
 # ---------------------------------------------------------------------------------- the models
 
 
-class Timed(nn.Module):
-    """``inner``'s forward, adding its wall time to ``clock[name]`` (for the time split)."""
-
-    def __init__(self, inner: nn.Module, clock: dict[str, float], name: str) -> None:
-        super().__init__()
-        self.inner, self.clock, self.name = inner, clock, name
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        out = self.inner(tokens)
-        self.clock[self.name] += time.perf_counter() - t0
-        return out
-
-
 def checksum(*modules: nn.Module) -> float:
     """Sum of every parameter in float64: equal on all ranks iff (in practice) the parameters are equal."""
     return float(sum(p.detach().double().sum() for m in modules for p in m.parameters()))
@@ -138,24 +142,28 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
     prompts = prompts[rank::world]  # (batch/world, 2) this rank's shard
     gen = torch.Generator(device).manual_seed(cfg.seed + rank * SAMPLING_SEED_STRIDE)  # different samples per rank
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
-    policy_ddp, critic_ddp = DDP(policy, **ddp_kw), DDP(critic, **ddp_kw)  # gradients averaged over ranks
+    policy_ddp, critic_ddp = (
+        DDP(policy, **ddp_kw),
+        DDP(critic, **ddp_kw),
+    )  # gradients averaged over ranks
     reduce = make_reduce(device)
     opt = torch.optim.Adam([*policy_ddp.parameters(), *critic_ddp.parameters()], lr=cfg.lr)
     controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
-    clock: dict[str, float] = defaultdict(float)
-    ref_t, critic_t = Timed(ref, clock, "ref_critic"), Timed(critic, clock, "ref_critic")  # no-grad forwards
+    clock = StepClock()  # the phases of the chapter's §4.2: generation, forward, reward, update
     beta, steps = cfg.beta, []
     for _ in range(cfg.steps):
-        clock.clear()
+        clock.reset()
         t0 = time.perf_counter()
         # sampling and the no-grad forwards use the plain modules; only the update goes through DDP
-        roll = collect_rollouts(policy, ref_t, critic_t, prompts, cfg.max_new_tokens, END_ID, gen)  # tokens (b, T)
-        roll = {k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v for k, v in roll.items()}
-        t1 = time.perf_counter()
-        scores = good_count_reward(roll["tokens"], roll["response_mask"])  # (b,)
-        kl = sequence_kl(roll, None if cfg.local_kl else reduce)  # mean over all ranks' sequences
-        update_reduce = None if cfg.local_whiten else reduce  # global whitening, token means and approx-KL
-        epochs = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce)
+        with clock.rollout(policy, ref, critic):
+            roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen)  # tokens (b, T)
+            roll = {k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v for k, v in roll.items()}
+        with clock.phase("reward"):
+            scores = good_count_reward(roll["tokens"], roll["response_mask"])  # (b,)
+        with clock.phase("update"):
+            kl = sequence_kl(roll, None if cfg.local_kl else reduce)  # mean over all ranks' sequences
+            update_reduce = None if cfg.local_whiten else reduce  # global whitening, token means and approx-KL
+            epochs = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce)
         t2 = time.perf_counter()
         reward, n_seq = reduce(torch.stack([scores.sum(), torch.tensor(float(len(scores)), device=device)])).tolist()
         steps.append(
@@ -169,9 +177,10 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
                 response_len=float(roll["mask"].sum()) / len(scores),
                 checksum=checksum(policy, critic),
                 step_s=t2 - t0,
-                generation_s=t1 - t0 - clock["ref_critic"],
-                ref_critic_s=clock["ref_critic"],
-                update_s=t2 - t1,
+                generation_s=clock.seconds["generation"],
+                forward_s=clock.seconds["forward"],
+                reward_s=clock.seconds["reward"],
+                update_s=clock.seconds["update"],
             )
         )
         if controller is not None:
@@ -199,7 +208,11 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     reduce = None if cfg.local_whiten else make_reduce(device)
     scores = batch["scores"][rows].to(device)
     ppo_update(policy_ddp, critic_ddp, opt, roll, scores, float(batch["beta"]), cfg, reduce=reduce)
-    return dict(params=flat_params(policy, critic), checksum=checksum(policy, critic), tokens=tuple(roll["tokens"].shape))
+    return dict(
+        params=flat_params(policy, critic),
+        checksum=checksum(policy, critic),
+        tokens=tuple(roll["tokens"].shape),
+    )
 
 
 def save_rollout_batch(path: str, seed: int = 0, batch: int = 8, beta: float = 0.1) -> dict[str, torch.Tensor]:
@@ -235,7 +248,11 @@ def reference_update(cfg: RunConfig) -> torch.Tensor:
 
 
 def worker(
-    rank: int | None, world: int | None, cfgs: list[RunConfig], port: int | None = None, result_path: str | None = None
+    rank: int | None,
+    world: int | None,
+    cfgs: list[RunConfig],
+    port: int | None = None,
+    result_path: str | None = None,
 ) -> list[dict]:
     """One rank's whole life: join, run ``train`` (or ``update_once``) for each config, leave.
 
@@ -283,12 +300,20 @@ def spawn(cfg: RunConfig | list[RunConfig], world_size: int = 2) -> dict | list[
 def print_report(out: dict) -> None:
     """Per-step table from rank 0, then every rank's checksum and beta after the last step."""
     print(f"world={out['world']}")
-    head = dict(step=4, reward=7, KL=6, beta=7, clip=6, len=5, **{"step s": 7, "gen s": 6, "fwd s": 6, "upd s": 6})
+    head = dict(
+        step=4,
+        reward=7,
+        KL=6,
+        beta=7,
+        clip=6,
+        len=5,
+        **{"step s": 7, "gen s": 6, "fwd s": 6, "upd s": 6},
+    )
     print(" ".join(f"{name:>{width}}" for name, width in head.items()))
     for i, s in enumerate(out["steps"], 1):
         print(
             f"{i:4d} {s['reward']:7.3f} {s['kl']:6.3f} {s['beta']:7.4f} {s['clip_frac']:6.3f} {s['response_len']:5.2f}"
-            f" {s['step_s']:7.3f} {s['generation_s']:6.3f} {s['ref_critic_s']:6.3f} {s['update_s']:6.3f}"
+            f" {s['step_s']:7.3f} {s['generation_s']:6.3f} {s['forward_s']:6.3f} {s['update_s']:6.3f}"
         )
     for r, res in enumerate(out["per_rank"]):
         print(f"rank {r}: checksum {res['steps'][-1]['checksum']:.12f}  beta {res['steps'][-1]['beta_next']:.6f}")

@@ -1,12 +1,12 @@
 """The chapter's §7 exercises, solved, with every claim measured.
 
-    python -m mlbook_solutions.exercises --refresh   # rerun the ex4/ex5 sweeps, rewrite exercise_results.json
+    python -m mlbook_solutions.exercises --refresh   # rerun the ex4/ex5 sweeps, rewrite the cache
     python -m mlbook_solutions.exercises             # print the summary of the cached sweeps
 
 The training sweeps of exercises 4 and 5 (25 runs of ``train_ppo``: 5 seeds x 3 ptx coefficients and
 5 seeds x 2 sampling modes) take about 80 s on one CPU core, too long for a notebook cell, so the
-notebook plots the cached results. Exercise 3 and the stale-batch measurement of exercise 5 are cheap
-and run live.
+notebook plots the cached results. Exercise 3 and the stale-batch measurement of exercise 5 are
+cheap and run live.
 
 How ``tests/test_exercises.py`` knows the cache was produced by this code, on any CPU: training is
 chaotic, and a last-bit difference in a float32 kernel (another instruction set picks another one)
@@ -53,7 +53,14 @@ from mlbook.posttrain.toy_lm import (
     sft_loss,
     token_log_probs,
 )
-from mlbook_solutions.ppo_lm import PPOConfig, collect_rollouts, gae, ppo_update, shaped_rewards, train_ppo
+from mlbook_solutions.ppo_lm import (
+    PPOConfig,
+    collect_rollouts,
+    gae,
+    ppo_update,
+    shaped_rewards,
+    train_ppo,
+)
 from mlbook_solutions.run_toy import CHAPTER_RUN
 
 RESULTS_PATH = pathlib.Path(__file__).with_name("exercise_results.json")
@@ -78,7 +85,7 @@ def ex1_rewards(beta: float, shaped_rewards_fn: Callable = shaped_rewards) -> to
 
 
 def ex1_summed_log_ratio() -> float:
-    """sum_t (logp_policy - logp_ref) of the example: negative, so the KL term pays the sample back."""
+    """sum_t (logp_policy - logp_ref) of the example: negative, so the KL term pays the sample."""
     return sum(p - r for p, r in zip(EX1_LOGP_POLICY, EX1_LOGP_REF, strict=True))
 
 
@@ -92,7 +99,13 @@ def padded_gae_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.T
     non-zero everywhere, padding included, so a GAE that reads V after the response is caught.
     """
     mask = torch.tensor(
-        [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
+        [
+            [0, 0, 1, 1, 1, 0, 0],
+            [0, 1, 1, 1, 1, 1, 1],
+            [0, 0, 0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 1, 0, 0],
+        ],
+        dtype=torch.float64,
     )
     g = torch.Generator().manual_seed(seed)
     rewards = (torch.rand(mask.shape, generator=g, dtype=torch.float64) * 2 - 1) * mask
@@ -110,7 +123,7 @@ def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Te
 
 
 def exact_baseline_gradient(seed: int = 0) -> dict[str, float]:
-    """The on-policy expectation of ``grad log pi`` at one state, summed exactly over the vocabulary.
+    """The on-policy expectation of ``grad log pi`` at one state, summed exactly over the vocab.
 
     ``sum_v pi(v) * grad log pi(v)`` is what a constant baseline b = 1 adds to the expected policy
     gradient; it is 0 in exact arithmetic. Returns its largest |entry| (``expectation``) next to
@@ -141,7 +154,12 @@ def _clipped_count(policy: nn.Module, roll: dict[str, torch.Tensor], clip_eps: f
 
 
 def whitening_clip_counts(
-    seed: int = 0, batch: int = 64, epochs: int = 6, lr: float = 2e-3, beta: float = 0.3, clip_eps: float = 0.2
+    seed: int = 0,
+    batch: int = 64,
+    epochs: int = 6,
+    lr: float = 2e-3,
+    beta: float = 0.3,
+    clip_eps: float = 0.2,
 ) -> dict:
     """Clip counts per PPO epoch on one rollout batch, with and without advantage whitening.
 
@@ -181,14 +199,14 @@ def whitening_clip_counts(
 
 # ----------------------------------------------------------------------------------- exercise 4
 
-# ptx_coef 0 is plain PPO; 2.0 is the headline arm (the smallest of those tried that held the SFT loss
-# within 10 % on every seed), 1.0 shows the trade-off in between.
+# ptx_coef 0 is plain PPO; 2.0 is the headline arm (the smallest of those tried that held the SFT
+# loss within 10 % on every seed), 1.0 shows the trade-off in between.
 PTX = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30, ptx_coefs=(0.0, 1.0, 2.0), sft_steps=150, sft_lr=3e-3)
 STALE = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30)
 
 
 def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
-    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``, with gradient."""
+    """``extra_loss(policy) -> ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)``."""
 
     def extra_loss(policy: nn.Module) -> torch.Tensor:
         return ptx_coef * sft_loss(policy(batch.input_ids), batch.labels)
@@ -197,7 +215,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
 
 
 def sft_models(seed: int, batch: int, sft_steps: int = PTX["sft_steps"], lr: float = PTX["sft_lr"]):
-    """Like :func:`mlbook.posttrain.toy_lm.build_models` but the reference is first fine-tuned on the demonstrations.
+    """Like :func:`mlbook.posttrain.toy_lm.build_models`; the reference is fine-tuned on the demos.
 
     PPO-ptx only makes sense from a model that already fits the demonstrations (InstructGPT starts
     PPO from the SFT model): from the untrained toy LM the ptx term would simply keep teaching the
@@ -280,7 +298,7 @@ def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = 
 
 class StaleByOneUpdate:
     """``train_ppo(sampler=...)`` for asynchronous rollouts: each step samples with the weights the
-    policy had at the start of the previous step, i.e. one update behind (the first step: a copy)."""
+    policy had at the start of the previous step, one update behind (the first step: a copy)."""
 
     def __init__(self) -> None:
         self.previous: nn.Module | None = None
@@ -291,12 +309,11 @@ class StaleByOneUpdate:
 
 
 def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]) -> dict:
-    """The chapter's run with on-policy or one-update-stale sampling: per-step clip fraction, reward, approx-KL,
-    KL to the reference and beta."""
+    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL, KL, beta."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps)
-    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen,
-                        sampler=StaleByOneUpdate() if stale else None)  # fmt: skip
+    sampler = StaleByOneUpdate() if stale else None
+    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen, sampler=sampler)
     return dict(
         seed=seed,
         stale=stale,
@@ -309,7 +326,7 @@ def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = 
 
 
 def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[nn.Module, nn.Module, dict]:
-    """``(policy, sampler, roll)``: a rollout batch sampled by a copy of the policy one update stale.
+    """``(policy, sampler, roll)``: a rollout batch sampled by a copy of the policy one update old.
 
     A few ordinary PPO steps first (so the update is a typical one, not the first), then the copy
     is taken, the policy makes one more ``ppo_update`` and the stale copy samples the next batch;
@@ -317,8 +334,8 @@ def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[
     """
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     cfg = CHAPTER_RUN
-    train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, dataclasses.replace(cfg, steps=warmup_steps),
-              generator=gen)  # fmt: skip
+    warmup = dataclasses.replace(cfg, steps=warmup_steps)
+    train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, warmup, generator=gen)
     sampler = copy.deepcopy(policy)
     roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen)
     scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
@@ -340,7 +357,7 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2) 
 
 
 def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy / pi_sampler of each sampled token: (B, T), (B, T-1) -> (B, T-1), 1.0 off the response."""
+    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response."""
     with torch.no_grad():
         logp_policy = token_log_probs(policy(tokens), tokens)  # (B, T-1)
         logp_sampler = token_log_probs(sampler(tokens), tokens)  # (B, T-1)
@@ -373,8 +390,8 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 
 
 def code_fingerprint() -> str:
-    """sha256 over the code of ``FINGERPRINT_MODULES`` (comments, docstrings, formatting ignored) and the
-    sweep settings: changes whenever a change could move a cached number."""
+    """sha256 of the code of ``FINGERPRINT_MODULES`` (comments, docstrings, formatting ignored) and
+    of the sweep settings: it changes whenever a change could move a cached number."""
     h = hashlib.sha256()
     for name in FINGERPRINT_MODULES:
         source = pathlib.Path(importlib.util.find_spec(name).origin).read_text()
@@ -384,7 +401,7 @@ def code_fingerprint() -> str:
 
 
 def replay64(steps: int = REPLAY["steps"], seed: int = REPLAY["seed"]) -> dict:
-    """The first ``steps`` steps of every arm of both sweeps, computed in float64 (the portable replay)."""
+    """The first ``steps`` steps of every arm of both sweeps, in float64 (the portable replay)."""
     with default_dtype(torch.float64):
         ptx = {str(c): ptx_run(seed, c, steps=steps) for c in PTX["ptx_coefs"]}
         stale = {name: stale_run(seed, flag, steps=steps) for name, flag in (("on_policy", False), ("stale", True))}
@@ -392,7 +409,7 @@ def replay64(steps: int = REPLAY["steps"], seed: int = REPLAY["seed"]) -> dict:
 
 
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
-    """Rerun the ex4 and ex5 sweeps (and the float64 replay) and write them, with their configuration, to ``path``."""
+    """Rerun the ex4/ex5 sweeps and the float64 replay; write them and their settings to ``path``."""
     t0 = time.perf_counter()
     ptx = {str(c): [ptx_run(s, c) for s in PTX["seeds"]] for c in PTX["ptx_coefs"]}
     t1 = time.perf_counter()
@@ -417,7 +434,7 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
 
 
 def load_results(path: pathlib.Path = RESULTS_PATH) -> dict:
-    """The cached sweeps; run ``python -m mlbook_solutions.exercises --refresh`` to regenerate them."""
+    """The cached sweeps (``python -m mlbook_solutions.exercises --refresh`` regenerates them)."""
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python -m mlbook_solutions.exercises --refresh`")
     return json.loads(path.read_text())
@@ -468,7 +485,7 @@ def _band(ax, runs: list[dict], field: str, label: str, color: str) -> None:
 
 
 def plot_ptx(results: dict):
-    """Reward and SFT loss per step for each ptx coefficient (mean line, min-max band over seeds)."""
+    """Reward and SFT loss per step for each ptx coefficient (mean, min-max band over seeds)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))

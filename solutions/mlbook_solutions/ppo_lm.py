@@ -111,7 +111,7 @@ def ppo_clip_loss(
 ) -> tuple[torch.Tensor, float]:
     """Negative clipped surrogate, averaged over response tokens, and the clip fraction.
 
-    ``ratio = exp(logp_new - logp_old)``; per token ``min(ratio * A, clip(ratio, 1-eps, 1+eps) * A)``.
+    ``ratio = exp(logp_new - logp_old)``; per token ``min(r * A, clip(r, 1-eps, 1+eps) * A)``.
     All inputs (B, T-1); only ``logp_new`` carries gradient.
 
     Returns:
@@ -159,14 +159,14 @@ class AdaptiveKLController:
         self.beta, self.target, self.horizon = beta, target, horizon
 
     def update(self, kl: float, n_steps: int = 1) -> float:
-        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns the new beta."""
+        """``beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``; returns it."""
         error = min(0.2, max(-0.2, float(kl) / self.target - 1.0))
         self.beta = self.beta * (1.0 + error * n_steps / self.horizon)
         return self.beta
 
 
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Mean entropy of the next-token distribution over response positions: (B, T-1, V), (B, T-1) -> scalar."""
+    """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
     entropy = -(logp.exp() * logp).sum(dim=-1)  # (B, T-1)
     return masked_mean(entropy, response_mask)
@@ -201,7 +201,7 @@ def collect_rollouts(
         values_old = critic(tokens)[:, :-1]  # (B, T-1) V(s_t) before tokens[:, t+1]
     gap = float((logp_old - logp_sampled).abs().max())
     if gap > 1e-4:
-        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling time by {gap:.2e}")
+        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}")
     on_policy = torch.tensor(sampler is policy)
     return dict(
         tokens=tokens,
@@ -275,7 +275,7 @@ def ppo_update(
 ) -> list[EpochStats]:
     """Up to ``cfg.ppo_epochs`` full-batch steps of ``-L_clip + vf_coef * L_V - ent_coef * H``.
 
-    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx adds ``ptx_coef * sft_loss``).
+    ``extra_loss(policy)``: a term added to every epoch's loss (PPO-ptx: ``ptx_coef * sft_loss``).
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
@@ -287,8 +287,8 @@ def ppo_update(
     advantages, returns = gae(rewards, roll["values_old"], m, cfg.gamma, cfg.lam)  # (B, T-1) each
     if cfg.whiten:  # zero mean, unit std over every response token of the global batch
         advantages = masked_whiten(advantages, m, reduce)  # (B, T-1)
-    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local token
-    # mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
+    # Token means over the *global* batch: DDP averages the ranks' gradients, so rank r's local
+    # token mean is weighted by its token count relative to the average rank's, n_r / mean_r(n_r).
     n_local = m.sum()
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -299,7 +299,7 @@ def ppo_update(
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
-            raise RuntimeError("the first PPO epoch must start at ratio 1: the policy's forward is not deterministic")
+            raise RuntimeError("the first PPO epoch must start at ratio 1: the forward pass is not deterministic")
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
         policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
@@ -352,7 +352,7 @@ class PPOStats:
 
 
 def sequence_kl(roll: dict[str, torch.Tensor], reduce: Reduce | None = None) -> float:
-    """Per-sequence KL estimate ``mean_i sum_t (logp_old - logp_ref)``, over all ranks when ``reduce`` is given."""
+    """Per-sequence KL ``mean_i sum_t (logp_old - logp_ref)``, over all ranks with ``reduce``."""
     per_seq = ((roll["logp_old"] - roll["logp_ref"]) * roll["mask"]).sum(dim=1)  # (B,)
     return float(global_mean(per_seq, reduce=reduce or no_reduce))
 
@@ -373,7 +373,7 @@ def train_ppo(
     evaluate: Callable[[nn.Module], float] | None = None,
     progress: bool = False,
 ) -> list[PPOStats]:
-    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> one PPO update -> (maybe) new beta.
+    """The outer loop, ``cfg.steps`` times: rollouts -> reward -> PPO update -> (maybe) new beta.
 
     ``reward_fn(tokens, response_mask) -> (B,)`` scores whole sequences (``response_mask`` is the
     (B, T) mask over tokens). With ``cfg.kl_target`` an :class:`AdaptiveKLController` moves beta.

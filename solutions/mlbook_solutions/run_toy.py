@@ -1,4 +1,4 @@
-"""The main job: train the toy PPO with the reference implementation, print a per-step table, save curves.
+"""The main job: train the toy PPO with the reference code, print a per-step table, save curves.
 
     python -m mlbook_solutions.run_toy [--out build] [--steps 40] [--seed 0]
 
@@ -51,7 +51,8 @@ def main() -> None:
     seconds = time.perf_counter() - t0
     print(f"\n{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'approxKL':>9} {'beta':>7} {'len':>5}")
     for i, h in enumerate(history, 1):
-        print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.approx_kl:9.5f} {h.beta:7.4f} {h.response_len:5.2f}")
+        row = f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.approx_kl:9.5f}"
+        print(f"{row} {h.beta:7.4f} {h.response_len:5.2f}")
     fig = plot_training_curves(history, kl_target=CHAPTER_RUN.kl_target)
     png = out / "ppo_toy_curves.png"
     fig.savefig(png, dpi=110)

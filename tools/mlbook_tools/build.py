@@ -9,6 +9,19 @@ the graded checks in ``tests/ppo_checks.py``. Generated (never edit):
     solutions/notebooks/<nb>.ipynb     solved notebook: markers removed, hidden tests kept
 
 Notebooks without graded cells (the DDP appendix) only get the solved form.
+
+nbval (``make test``) checks what the notebooks print. A fragment cell tagged ``nbval-check-output``
+keeps its output in the solved notebook: ``mlbook build`` executes the solved notebook and stores
+the outputs of those cells only (every other cell stays unexecuted, so training curves, timings and
+figures never enter the repository), with the parts that nbval's sanitizer masks already masked
+(tests/nbval_sanitize.cfg), and nbval compares them with a fresh run.
+``mlbook build --check`` does not execute anything: it reuses the stored outputs of checked cells
+whose source is unchanged, so a checked cell that was never recorded, or whose source changed,
+shows up as stale; whether the stored outputs still match the code is nbval's check. In the
+student release every cell that raises until the student has written an answer carries the tag
+``raises-exception`` (nbval then expects the error): answer cells whose solution region is
+top-level code (nbgrader turns it into ``raise NotImplementedError()``), and read-only cells whose
+fragment header says ``needs_answers=true``.
 """
 
 from __future__ import annotations
@@ -23,6 +36,8 @@ import tempfile
 
 import jupytext
 import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
@@ -33,6 +48,10 @@ MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "
 # Tag on the solved notebook's cells that hold hidden-test code: nbval runs them, and the reading form
 # (`make html`) drops them with nbconvert's TagRemovePreprocessor, so readers see the chapter, not the grader.
 HIDDEN_TESTS_TAG = "hidden-tests"
+CHECK_OUTPUT = "nbval-check-output"  # nbval compares this cell's stored output with a fresh run
+RAISES = "raises-exception"  # release only: the cell raises until the student's answers exist
+NOT_RECORDED = "<output not recorded: run `mlbook build`>\n"
+SANITIZER = "tests/nbval_sanitize.cfg"  # nbval's --nbval-sanitize-with file, relative to the root
 
 
 # ------------------------------------------------------------------------ reading code by name
@@ -193,7 +212,10 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
                     code, _ = object_source(meta["include"])
                     src = code + ("\n\n\n" + src if src.strip() else "")
                 md = _cell_meta(auto_id)
-            tags = meta.get("tags")
+            tags = list(meta.get("tags", []))
+            top_level_answer = md["nbgrader"]["solution"] and any(line == MARKERS[0] for line in src.split("\n"))
+            if meta.get("needs_answers") or top_level_answer:
+                tags.append(RAISES)
             if tags:
                 md["tags"] = tags
             cells.append(nbformat.v4.new_code_cell(src, metadata=md))
@@ -226,7 +248,91 @@ def solved_notebook(source: nbformat.NotebookNode, keep_grading_metadata: bool =
         cell.source = "\n".join(line for line in cell.source.split("\n") if line.strip() not in MARKERS)
         if not keep_grading_metadata:
             cell.metadata.pop("nbgrader", None)
+        tags = [t for t in cell.metadata.get("tags", []) if t != RAISES]  # with the answers nothing raises
+        cell.metadata.pop("tags", None)
+        if tags:
+            cell.metadata["tags"] = tags
     return nb
+
+
+# ------------------------------------------------------------------ outputs that nbval compares
+
+
+def _checked(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and CHECK_OUTPUT in cell.metadata.get("tags", [])
+
+
+def _keep_checked_outputs(nb: nbformat.NotebookNode) -> None:
+    """Drop every output but those of checked cells; number the checked cells 1, 2, ... (nbval
+    compares only cells with an execution count; the numbers do not depend on other cells)."""
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if not _checked(cell):
+            cell.outputs, cell.execution_count = [], None
+            continue
+        n += 1
+        cell.execution_count = n
+        for out in cell.outputs:
+            if out.output_type == "execute_result":
+                out.execution_count = n
+
+
+def sanitize_outputs(nb: nbformat.NotebookNode, rules_file: pathlib.Path) -> None:
+    """Apply nbval's sanitizer rules to the kept outputs, so that the stored text is the same on
+    every machine (nbval applies the rules to both sides; a masked part stays masked)."""
+    rules = re.findall(r"^regex: (.*)$\n^replace: (.*)$", rules_file.read_text(), flags=re.MULTILINE)
+
+    def clean(text: str) -> str:
+        for regex, replace in rules:
+            text = re.sub(regex, replace, text)
+        return text
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out.text = clean(out.text)
+            for key, value in out.get("data", {}).items():
+                if key.startswith("text/") and isinstance(value, str):
+                    out.data[key] = clean(value)
+
+
+def record_outputs(nb: nbformat.NotebookNode, folder: pathlib.Path, name: str) -> nbformat.NotebookNode:
+    """Execute the solved notebook in ``folder`` (where nbval runs it) and keep the checked outputs,
+    sanitized."""
+    if not any(_checked(c) for c in nb.cells):
+        return nb
+    run = nbformat.from_dict(nb)
+    client = NotebookClient(run, timeout=600, kernel_name=KERNELSPEC["name"], record_timing=False,
+                            resources={"metadata": {"path": str(folder)}})  # fmt: skip
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        raise RuntimeError(f"the solved notebook {name} fails while its outputs are recorded:\n{err}") from None
+    run.metadata = nb.metadata  # not the kernel's language_info or widget state: they vary by machine
+    _keep_checked_outputs(run)
+    sanitize_outputs(run, layout().root / SANITIZER)
+    return run
+
+
+def reuse_outputs(nb: nbformat.NotebookNode, stored: pathlib.Path) -> nbformat.NotebookNode:
+    """The outputs ``stored`` holds for checked cells whose source is unchanged; a checked cell with
+    none gets a placeholder, so that the comparison with the stored file reports it."""
+    old = {}
+    if stored.exists():
+        old = {c.id: c for c in nbformat.read(stored, as_version=4).cells if c.cell_type == "code"}
+    out = nbformat.from_dict(nb)
+    for cell in out.cells:
+        if not _checked(cell):
+            continue
+        prev = old.get(cell.id)
+        if prev is not None and prev.source == cell.source and prev.execution_count is not None:
+            cell.outputs = prev.outputs
+        else:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=NOT_RECORDED)]
+    _keep_checked_outputs(out)
+    return out
 
 
 def student_release(source_text: str, assignment: str) -> nbformat.NotebookNode:
@@ -245,20 +351,25 @@ def _text(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def render_all() -> dict[pathlib.Path, str]:
-    """Every generated file and its content."""
+def render_all(execute: bool = True) -> dict[pathlib.Path, str]:
+    """Every generated file and its content; without ``execute`` checked outputs are reused."""
     L = layout()
     out: dict[pathlib.Path, str] = {}
+
+    def solved(name: str, nb: nbformat.NotebookNode) -> str:
+        path = L.solved / f"{name}.ipynb"
+        return _text(record_outputs(nb, L.solved, name) if execute else reuse_outputs(nb, path))
+
     for folder in sorted(p for p in L.chapters_src.iterdir() if p.is_dir() and any(p.glob("[0-9]*.py"))):
         name = folder.name
         source = source_notebook(name)
         graded = any(c.metadata["nbgrader"].get("grade") or c.metadata["nbgrader"].get("solution") for c in source.cells)
         if not graded:
-            out[L.solved / f"{name}.ipynb"] = _text(solved_notebook(source, keep_grading_metadata=False))
+            out[L.solved / f"{name}.ipynb"] = solved(name, solved_notebook(source, keep_grading_metadata=False))
             continue
         src_path = L.course / "source" / name / f"{name}.ipynb"
         out[src_path] = _text(source)
-        out[L.solved / f"{name}.ipynb"] = _text(solved_notebook(source))
+        out[L.solved / f"{name}.ipynb"] = solved(name, solved_notebook(source))
         release = student_release(out[src_path], name)
         release.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
         out[L.release / f"{name}.ipynb"] = _text(release)
@@ -266,10 +377,14 @@ def render_all() -> dict[pathlib.Path, str]:
     return out
 
 
-def build(check: bool = False) -> int:
-    """Write the generated files, or with ``check`` report (exit 1) every one that is stale."""
+def build(check: bool = False, execute: bool = True) -> int:
+    """Write the generated files, or with ``check`` report (exit 1) every one that is stale.
+
+    ``check`` never executes a notebook (see the module docstring); ``execute=False`` writes the
+    stored outputs of unchanged checked cells instead of recording them again (a fast rebuild
+    after prose edits; nbval reports any output that no longer matches the code)."""
     stale, root = [], layout().root
-    for path, text in render_all().items():
+    for path, text in render_all(execute=execute and not check).items():
         old = path.read_text() if path.exists() else None
         if old == text:
             continue

@@ -1,6 +1,7 @@
 """``mlbook``: build the notebooks from their sources, or grade one notebook with nbgrader.
 
 mlbook build [--check]          generate autograde/source, chapters/ and solutions/notebooks
+                                (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb --json  autograde one notebook, print {"score", "max_score", "grades"}
 mlbook student-dist [--out D]   write what students get: the library wheel and the released notebooks
 """
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="generate every notebook form from solutions/chapter")
     b.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated file is stale")
+    b.add_argument("--no-execute", action="store_true", help="keep the stored outputs of unchanged checked cells")
     g = sub.add_parser("grade", help="autograde one notebook with nbgrader")
     g.add_argument("path")
     g.add_argument("--assignment", default="rlhf_ppo")
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         from mlbook_tools.build import build
 
-        return build(check=args.check)
+        return build(check=args.check, execute=not args.no_execute)
     from mlbook_tools.grading import grade_notebook
 
     result = grade_notebook(args.path, args.assignment, args.timeout)

@@ -23,7 +23,18 @@ from mlbook_tools.config import layout
 def build_wheel(out: pathlib.Path) -> pathlib.Path:
     """Build the library's wheel (the root project, src/mlbook) into ``out``; returns its path."""
     root = layout().root
-    cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(root)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(out),
+        str(root),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"building the mlbook wheel failed:\n{run.stderr[-3000:]}")

@@ -5,16 +5,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict  # noqa: F401 (this import and the next ones serve the code shown below)
 
 import torch
-import torch.distributed as dist  # noqa: F401
+import torch.distributed as dist  # noqa: F401 (this import and the next ones serve the code shown below)
 from mlbook_solutions import ddp
-from mlbook_solutions.ddp import SAMPLING_SEED_STRIDE, RunConfig, Timed, build_models, checksum, flat_params  # noqa: F401
+from mlbook_solutions.ddp import SAMPLING_SEED_STRIDE, RunConfig, build_models, checksum, flat_params  # noqa: F401
 from mlbook_solutions.ppo_lm import AdaptiveKLController, collect_rollouts, gae, ppo_update, sequence_kl, shaped_rewards  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: F401
 
 from mlbook.posttrain.masks import Reduce, masked_whiten  # noqa: F401
+from mlbook.posttrain.systems import StepClock  # noqa: F401
 from mlbook.posttrain.toy_lm import END_ID, good_count_reward, make_prompts, sample  # noqa: F401
 
 NOTEBOOK_T0 = time.perf_counter()

@@ -24,7 +24,7 @@
 # not wrapped, and the policy must start equal to it. Sampling, on the other hand, uses
 # `seed + rank * SAMPLING_SEED_STRIDE`, so that the ranks draw different random numbers:
 
-# %%
+# %% tags=["nbval-check-output"]
 print("sampling seed of rank r: seed + r *", ddp.SAMPLING_SEED_STRIDE)
 
 # %% [markdown]

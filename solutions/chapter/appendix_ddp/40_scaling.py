@@ -3,9 +3,9 @@
 #
 # The same global batch (64 prompts, 8 new tokens, 4 PPO epochs), five steps, on one rank and on
 # two ranks, one thread per rank (as torchrun sets it). Step 1 pays one-off costs, so the means
-# are over steps 2 to 5. The split: *generation* is sampling token by token (including the
-# recomputation of `logp_old`), *ref/critic* the two no-grad forwards on the finished sequences,
-# *update* the PPO epochs with DDP's gradient all-reduce. As a yardstick, the last line times
+# are over steps 2 to 5. The split is §4.2's (`StepClock`): *generation* is sampling token by
+# token, *forward* the three no-grad passes on the finished sequences (`logp_old`, reference,
+# critic), *update* the PPO epochs with DDP's gradient all-reduce. As a yardstick, the last line times
 # sampling 64 and 32 sequences in this notebook's own process (the fastest of ten tries, which is
 # the least disturbed by other jobs).
 
@@ -16,13 +16,13 @@ timed = {
     "1 rank, 1 thread": ddp.spawn(cfg_time, world_size=1),
     "2 ranks, 1 thread each": ddp.spawn(cfg_time, world_size=2),
 }
-print(f"{'':24} {'step s':>7} {'generation':>10} {'ref/critic':>10} {'update':>7}")
+print(f"{'':24} {'step s':>7} {'generation':>10} {'forward':>10} {'update':>7}")
 step_time = {}
 for name, out in timed.items():
     later = out["steps"][1:]
-    mean = {k: sum(s[k] for s in later) / len(later) for k in ("step_s", "generation_s", "ref_critic_s", "update_s")}
+    mean = {k: sum(s[k] for s in later) / len(later) for k in ("step_s", "generation_s", "forward_s", "update_s")}
     step_time[name] = mean["step_s"]
-    print(f"{name:24} {mean['step_s']:7.3f} {mean['generation_s']:10.3f} {mean['ref_critic_s']:10.3f} {mean['update_s']:7.3f}")
+    print(f"{name:24} {mean['step_s']:7.3f} {mean['generation_s']:10.3f} {mean['forward_s']:10.3f} {mean['update_s']:7.3f}")
 one, two = (timed[k]["steps"][1:] for k in timed)
 gen_ratio = sum(s["generation_s"] for s in two) / sum(s["generation_s"] for s in one)
 print(f"speed-up of 2 ranks over 1 rank: {step_time['1 rank, 1 thread'] / step_time['2 ranks, 1 thread each']:.2f}x")

@@ -34,7 +34,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %%
+# %% tags=["nbval-check-output"]
 import copy
 import dataclasses
 import math

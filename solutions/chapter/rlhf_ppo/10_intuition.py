@@ -12,7 +12,7 @@
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
 # reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
-# %%
+# %% tags=["nbval-check-output"]
 example = dict(
     logp_policy=torch.tensor([-1.0, -0.5, -2.0, -0.1]),
     logp_ref=torch.tensor([-1.2, -0.5, -1.0, -0.1]),

@@ -25,7 +25,7 @@
 # by 1 nat at *every* column, prompt and padding included: only response tokens may pay the fee,
 # the score must land on the right column, and your function must leave its inputs untouched.
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
@@ -44,7 +44,7 @@ expected[0, 3], expected[1, 4] = expected[0, 3] + 2.0, expected[1, 4] + 3.0
 assert torch.allclose(r, expected, atol=1e-6), f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
 print("✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one")
 
-# %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)"
+# %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
 # position-by-position computation on ragged batches (float32 and float64).
 
@@ -61,7 +61,7 @@ print("✓ shaped_rewards reproduces §1, charges the fee on response tokens onl
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %%
+# %% needs_answers=true
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
@@ -87,7 +87,7 @@ for g, lam in ((0.5, 1.0), (1.0, 0.5)):
     )
 print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding")
 
-# %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)"
+# %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
 # for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
 
@@ -105,7 +105,7 @@ print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lam
 # $1+\epsilon$ and one with $A < 0$ pushed below $1-\epsilon$ (both clipped: zero gradient), and one
 # with $A > 0$ whose ratio fell to $e^{-0.5}$, the wrong way, which is never clipped.
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -140,13 +140,13 @@ assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
 )  # fmt: skip
 print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens")
 
-# %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)"
+# %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
 # the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
 
 # %% stub="mlbook_solutions.ppo_lm:value_loss"
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 v_old = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
 ret = torch.tensor([[1.0, 1.0, -1.0, 5.0]])
 v_new = torch.tensor([[0.1, 0.5, 0.5, 0.0]])
@@ -162,7 +162,7 @@ wide = value_loss(v_new, v_old, ret, m, clip_eps=0.5)  # token 2 is now inside t
 assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, "value_loss must clip at its clip_eps argument, not at 0.2"
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
-# %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)"
+# %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)" tags=["nbval-check-output"]
 # Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
 
 # %% [markdown]
@@ -172,7 +172,7 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %% stub="mlbook_solutions.ppo_lm:AdaptiveKLController" stub_methods="update"
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print(f"KL 12 (twice the target) -> beta {ctl.update(12.0):.4f}")
 assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
@@ -182,7 +182,7 @@ ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10_000)  # horizon coun
 assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
 print("✓ AdaptiveKLController.update")
 
-# %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)"
+# %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)" tags=["nbval-check-output"]
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
@@ -240,7 +240,7 @@ class RunLog:
         return torch.zeros(())
 
 
-# %% include="mlbook_solutions.run_toy:CHAPTER_RUN"
+# %% include="mlbook_solutions.run_toy:CHAPTER_RUN" needs_answers=true
 policy, ref, critic, prompts, gen = build_models(seed=0)
 run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
 print(run_cfg)
@@ -256,7 +256,7 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %%
+# %% needs_answers=true
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 curves = (
@@ -293,7 +293,7 @@ for row in samples:
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
 
-# %%
+# %% needs_answers=true
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
     resp, m = step["tokens"][:, 1:], step["mask"]  # (B, T-1) each: response token t is resp[:, t]
@@ -349,7 +349,7 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %%
+# %% needs_answers=true
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
 full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)  # (B, T)
@@ -389,7 +389,7 @@ show(
 # as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
 # `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
 
-# %%
+# %% needs_answers=true
 clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
     m = step["mask"]
@@ -422,6 +422,6 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # the policy moves further within a step.
 
 
-# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)"
+# %% test="test_train_ppo_increases_reward_with_bounded_kl" points=2 check="check_train_ppo(train_ppo, PPOConfig)" tags=["nbval-check-output"]
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

@@ -30,7 +30,7 @@
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %%
+# %% tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
@@ -45,7 +45,7 @@ display(Markdown(format_memory_table(toy_rows)))
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %%
+# %% tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -73,7 +73,7 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %%
+# %% tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -85,12 +85,21 @@ for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
 
 # %% [markdown]
-# ### 4.2 Time: generation dominates
+# ### 4.2 Time: where the seconds of a step go
 #
-# A PPO step has four phases: **generate** responses, run the **forward** passes that record
-# $\log\pi_{\text{old}}$, $\log\pi_{\text{ref}}$ and $V(s_t)$, **score** with the reward model, and
-# **update** policy and critic for a few epochs. The update looks like the expensive part (backward
-# passes, two optimisers), yet at scale generation is where the time goes:
+# A PPO step has four phases. This section times them with one definition, the `StepClock` of
+# `mlbook.posttrain.systems`:
+#
+# - **generation**: the sampler's loop, from the prompts to the last sampled token (every decode
+#   step, the random draws, the bookkeeping);
+# - **forward**: the teacher-forced no-grad passes over the finished batch that record
+#   $\log\pi_{\text{old}}$, $\log\pi_{\text{ref}}$ and $V(s_t)$;
+# - **reward**: scoring the responses (a reward model, or here a Python function);
+# - **update**: every epoch of `ppo_update`, optimiser steps included.
+#
+# Production reports put most of a step into generation: OpenRLHF's README, for one, says RLHF
+# training spends 80 % of its time in the sample-generation stage [OpenRLHF]. Three properties of
+# decoding explain why it *can* dominate:
 #
 # - **It is sequential.** Token $t+1$ cannot start before token $t$ is sampled, so a 1,000-token
 #   response is 1,000 dependent forward passes; the training passes see all tokens at once.
@@ -100,63 +109,244 @@ for name, bytes_per_param in variants.items():
 #   the ratio for an H100), and the KV cache caps $B$ long before that.
 # - **It has a tail.** Responses end at different lengths; a static batch waits for its longest
 #   sequence while the finished rows idle.
+#
+# "Can" is not "does". Instead of taking the 80 % on trust, the rest of this section measures the
+# split on the toy, builds a model that predicts it from two measured properties of this machine,
+# checks the prediction against the measurement, and then asks the same model about a 7B policy.
 
-# %%
-h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16 peak, HBM3 bandwidth
+# %% tags=["nbval-check-output"]
+h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16, HBM3 [H100]
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
-decode_step_floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
+floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
 print(f"FLOPs per byte needed to be compute-bound on an H100: {ridge:.0f}")
-print(f"decode with a batch of B sequences does about B FLOPs per weight byte read: memory-bound for B < {ridge:.0f}")
-print(f"7B, one GPU: each decode step takes >= {decode_step_floor_ms:.1f} ms just to stream the weights,")
-print(f"so a 1,000-token response needs >= {decode_step_floor_ms:.1f} s of strictly sequential steps")
+print(f"decode does about B FLOPs per weight byte read: memory-bound for B < {ridge:.0f}")
+print(f"7B, one GPU: each decode step takes >= {floor_ms:.1f} ms just to stream the weights,")
+print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequential steps")
 
 # %% [markdown]
 # Now measure the toy. `time_ppo_step` runs one step on copies of your trained `policy` and `critic`
-# (a fresh optimiser each time, so nothing in the notebook changes), times each phase with
-# `time.perf_counter`, and reports the median over three repeats. The update is **your**
-# `ppo_update` from §3, with §3's settings.
+# (a fresh optimiser each time, so nothing in the notebook changes) and reports the median of each
+# phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
+# reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %%
+# %% needs_answers=true
+from functools import partial
+
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
 
-split = time_ppo_step(
-    policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=8, repeats=3, beta=0.3, cfg=CHAPTER_RUN
-)
-print(f"one PPO step on the toy: {len(prompts)} prompts, {split['response_tokens']:.0f} response tokens")
+update = partial(ppo_update, beta=0.3, cfg=CHAPTER_RUN)  # §3's settings
+step_fns = dict(rollout=collect_rollouts, reward_fn=good_count_reward, update=update)
+split = time_ppo_step(policy, ref, critic, prompts, max_new_tokens=8, repeats=3, **step_fns)
+n_resp = split["response_tokens"]
+print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
 # %% [markdown]
-# Generation's share depends on how long the responses are. Allow longer responses (the toy's
-# context holds 32 tokens) and time the step again (two repeats each):
+# At eight tokens the update dominates. Before changing the response length, fix the sampler.
+#
+# **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
+# whole prefix and keeps only the last position's logits. Step $t$ therefore costs about $t$ token
+# passes, and a response of $n$ tokens about $n^2/2$. Yet in a causal model the keys and values of
+# earlier positions never change when a token is appended. A KV cache keeps them, one
+# $(B, H, t, d/H)$ pair per layer: the prompt runs once (the *prefill*), then each step feeds only
+# the newest token, appends its key and value, and lets its query attend over the cache. Every
+# production sampler works this way. `sample(..., use_cache=True)` is the toy's version; with the
+# same generator it draws the same tokens, and its log-probs agree with the naive ones to float
+# rounding, which the cell checks on the trained policy.
 
-# %%
-longest = policy.cfg.max_len - prompts.shape[1] - 2
-print(f"{'max new tokens':>14} {'response tokens':>16} {'generation':>11} {'update':>8} {'step ms':>8}")
-for n_new in (8, 16, longest):
-    s = split if n_new == 8 else time_ppo_step(
-        policy, ref, critic, prompts, good_count_reward, END_ID, ppo_update, max_new_tokens=n_new, repeats=2, warmup=0,
-        beta=0.3, cfg=CHAPTER_RUN,
-    )  # fmt: skip
-    fr = s["fractions"]
-    print(f"{n_new:>14} {s['response_tokens']:>16.0f} {fr['generation']:>11.1%} {fr['update']:>8.1%} {1e3 * s['total_s']:>8.0f}")
+# %% needs_answers=true
+from mlbook.posttrain.toy_lm import sample
+
+naive, cached = (
+    sample(policy, prompts, 8, END_ID, generator=torch.Generator().manual_seed(0), use_cache=c)
+    for c in (False, True)
+)  # fmt: skip
+gap = (naive.logprobs - cached.logprobs).abs().max()
+print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
 # %% [markdown]
-# On the toy the update wins and generation is a minority share at 8 tokens, though its share
-# climbs quickly with response length. That is the **opposite** of a real run,
-# where most reports put 60-80 % of wall-clock into generation. The toy is not lying about PPO; it is
-# just in a different regime:
+# **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
+# with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
+# ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
+# for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
+# quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
+
+# %%
+from mlbook.posttrain.systems import format_sweep, sweep_time_split
+from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
+
+sweep_cfg = ToyLMConfig(max_len=72)
+sw_models = build_models(seed=0, batch=32, cfg=sweep_cfg)  # policy, ref, critic, prompts, gen
+sw_prompts = sw_models.prompts
+lengths = (8, 32, 64)
+rows = sweep_time_split(*sw_models[:4], lengths, repeats=1, warmup=0, **step_fns)
+print(format_sweep(rows))
+gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
+for n in lengths:
+    speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
+    print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
+
+# %% [markdown]
+# **A roofline model.** Why these numbers? Price every pass of the step with the roofline
+# (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
+# reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
+# kernels (LayerNorm, GELU, residual adds) only stream activations, at the bandwidth. A decode step
+# with a cache processes one new position per row over a growing context; a naive step re-runs the
+# whole prefix; the update is three forwards' worth (forward and backward) per epoch for the policy
+# and the critic, plus Adam. `mlbook.posttrain.roofline` counts the FLOPs and bytes of each pass.
 #
-# - Its 27k-parameter model does a forward pass's arithmetic in microseconds; the millisecond or two a
-#   forward actually takes is Python and kernel-launch overhead, so every phase is dominated by that overhead, not by memory bandwidth. Generation's structural handicap,
-#   streaming billions of weight bytes per token, does not exist here.
-# - Responses are at most 8 tokens, so generation is 8 dependent steps, while the update runs
-#   four epochs of forward and backward passes through two networks plus Adam.
-# - The reward is a token count, essentially free; a real reward model is another full forward pass
-#   of a large network over every sampled sequence.
+# A roofline alone would predict a small fraction of the toy's measured time, because it ignores
+# what a CPU running PyTorch eagerly pays per operation: Python and operator dispatch, the same
+# whatever the tensor size. The model therefore adds a **fixed latency** per phase. Everything is
+# calibrated on this machine and nothing on the sweep's measurements: the FLOP rate from a
+# 512x512 matmul, the bandwidth from copying 64 MB, and the latencies from two steps with a single
+# prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
+# prediction beside the measurement.
+
+# %%
+import io
+
+from IPython.display import Image
+
+from mlbook.posttrain.roofline import Shape, measure_machine
+from mlbook.posttrain.systems import calibrate_latency, predicted_split
+
+machine = measure_machine()
+toy_shape = Shape(sweep_cfg.n_layers, sweep_cfg.d_model, sweep_cfg.vocab_size)
+sw_policy, sw_ref, sw_critic = sw_models[:3]
+latency = calibrate_latency(
+    sw_policy, sw_ref, sw_critic, sw_prompts[:1], toy_shape, machine, epochs=4,
+    repeats=1, warmup=0, **step_fns,
+)  # fmt: skip
+flops, bw = machine.flop_rate, machine.bandwidth
+print(f"this machine: {flops / 1e9:.0f} GFLOP/s (fp32 matmul), {bw / 1e9:.1f} GB/s (copy),")
+print(f"compute-bound above {machine.ridge:.1f} FLOPs/byte")
+for name, lat in latency.items():
+    print(f"latency, {name:>6} sampler: {1e3 * lat.decode_step:.2f} ms per decode step, "
+          f"{1e3 * lat.update:.0f} ms per update")  # fmt: skip
+for r in rows:
+    r["predicted"] = predicted_split(r, toy_shape, machine, 4, latency)
+print(format_sweep(rows, [r["predicted"] for r in rows]))
+ratios = [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"] for r in rows]
+print(f"predicted / measured generation share: {min(ratios):.2f} to {max(ratios):.2f}")
+for n in lengths:
+    g = {r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n}
+    print(f"{n:>3} new tokens: the model predicts a {g['naive'] / g['cached']:.1f}x speed-up")
+fixed = [r["predicted"]["latency_share"] for r in rows]
+print(f"fixed latency is {min(fixed):.0%} to {max(fixed):.0%} of the predicted step")
+print(f"the toy's weights: {toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB")
+
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for sampler, color in (("naive", "tab:red"), ("cached", "tab:blue")):
+    mine = [r for r in rows if r["sampler"] == sampler]
+    n = [r["new_tokens"] for r in mine]
+    measured = [r["fractions"]["generation"] for r in mine]
+    model = [r["predicted"]["fractions"]["generation"] for r in mine]
+    ax.plot(n, measured, "o-", c=color, label=f"{sampler}: measured")
+    ax.plot(n, model, "--", c=color, label=f"{sampler}: roofline model")
+ax.set_xlabel("response length (new tokens)")
+ax.set_ylabel("generation share of a step")
+ax.set_ylim(0, 1)
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+fig.tight_layout()
+buf = io.BytesIO()
+fig.savefig(buf, format="png", dpi=100)
+plt.close(fig)
+alt = (
+    "Line chart: share of a toy PPO step spent generating, against response length 8 to 64 "
+    "tokens, for the naive and the KV-cached sampler, measured (solid) and predicted by the "
+    "roofline model (dashed). The naive sampler's share climbs steeply with length; the cached "
+    "sampler's stays lower."
+)
+display(Image(buf.getvalue(), metadata={"alt": alt}))
+
+# %% [markdown]
+# What the toy shows, and what it cannot:
 #
-# What carries over is the *shape* of the argument, and the length sweep above shows it: generation
-# cost grows with response length faster than the update's (the toy's sampler even re-reads the whole
-# prefix at every step, having no KV cache), and none of its steps can run in parallel.
+# - **The cache changes the growth law.** Without it generation grows roughly quadratically with
+#   the response length and soon rivals the update; with it each step costs about the same and
+#   generation grows linearly. At 8 tokens the two samplers barely differ; from 32 tokens on the
+#   cached one's share is clearly lower. The model predicts a speed-up that grows with the length
+#   (the cell prints it); the measured one, from single repeats on a shared machine, follows it
+#   up to noise.
+# - **The model predicts the split, not the clock.** Its shares land close to the measured ones
+#   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
+#   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
+#   roofline is a ceiling, and this workload runs below it. The predicted share is furthest off for
+#   the cached sampler at long responses: its generation is nearly all latency, which the model
+#   gets right, while the update beside it does real arithmetic, which the model underestimates,
+#   so generation's predicted share comes out too high.
+# - **The toy is latency-bound, not memory-bound.** The fixed latency is a large part of every
+#   predicted step (the cell prints the range). The toy therefore cannot show the mechanism that
+#   makes production decoding slow, streaming gigabytes of weights per token: its weights fit in
+#   a CPU cache (the cell prints their size). For that, point the same model at a real size.
+#
+# **A 7B policy on an H100.** Take a Llama-2-7B-shaped model in bf16 (32 layers, width 4096, gated
+# MLP of width 11008, 32,000-token vocabulary), a critic, reference and reward model of the same
+# shape, 512-token prompts and 512-token responses, one PPO epoch, and the H100's datasheet rates
+# (989 TFLOP/s dense bf16, 3.35 TB/s). No latency term: this is the ideal machine. The batch is the
+# free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
+# the KV cache limits it.
+
+# %%
+from mlbook.posttrain.roofline import Machine, predict_step, shares
+
+h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
+llama7b = Shape(n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2,
+                mlp_matrices=3)  # fmt: skip
+P7, n7 = 512, 512  # prompt and response tokens
+kv_gb = 2 * llama7b.n_layers * llama7b.d_model * 2 * (P7 + n7) / 1e9  # keys + values, bf16
+print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 + n7}-token row")
+
+
+def predict_7b(batch, epochs=1):
+    """Seconds per phase: policy, reference, critic forwards; a reward model; KV-cached decoding."""
+    return predict_step(llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3,
+                        reward_passes=1)  # fmt: skip
+
+
+print(f"{'batch':>5} {'KV GB':>6} {'gen s':>6} {'fwd s':>6} {'RM s':>5} {'update s':>8} {'gen':>5}")
+share_7b = {}
+for B in (8, 32, 64, 128):
+    sec = predict_7b(B)
+    share_7b[B] = shares(sec)["generation"]
+    print(f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
+          f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}")  # fmt: skip
+openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generation stage"
+print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
+print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
+
+# %% [markdown]
+# The model and the published figure disagree: even at a small decode batch the ideal H100 spends
+# less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
+# still fits comfortably it predicts well under half. The reasons are what the model leaves out,
+# and each one points the same way:
+#
+# - **A roofline is a ceiling, and the phases sit at different distances from it.** Large training
+#   matmuls reach a good fraction of peak FLOPs; decoding rarely reaches its bandwidth ceiling,
+#   because each step launches hundreds of small kernels (the toy's latency term, smaller but not
+#   zero on a GPU) and, in training frameworks, uses an unfused attention and no CUDA graphs. That
+#   multiplies generation's time, not the update's, and is exactly what inference engines fix.
+# - **The decode batch is smaller than it looks.** The policy's training state, the other models
+#   and the activations compete for the same memory, so the KV cache and with it $B$ shrink; the
+#   table shows generation's share rising as $B$ falls. With ZeRO-3 the weights must also be
+#   gathered before decoding (Llama 2's report names this).
+# - **Lengths vary.** A static batch runs until its longest response ends, so the model's uniform
+#   512 tokens understate generation; long reasoning traces make it worse.
+# - **The figure comes without its setting.** OpenRLHF states the share without the model size,
+#   lengths, hardware or epochs behind it, so the comparison is about which phase dominates and
+#   roughly by how much, not about digits.
+#
+# The toy and the 7B model agree on the lesson that carries over: generation's share is set by how
+# many FLOPs each weight byte serves (the batch) and by how long responses are, and a sampler that
+# re-reads its whole prefix, the naive one here, turns a linear cost into a quadratic one.
+#
+# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, "High
+# performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
+# High-performance RLHF Framework*, arXiv:2405.11143; [H100] NVIDIA H100 Tensor Core GPU datasheet,
+# SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
+# (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
 # Production stacks therefore move rollouts to an inference engine (vLLM, SGLang: paged KV cache,
 # continuous batching), copy the new weights into it after every update, and often overlap

@@ -81,7 +81,7 @@
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
 
-# %%
+# %% tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
     """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
     return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)
@@ -130,7 +130,7 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # critic has learned to predict the score at the slot, which is what keeping the slot in the value
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
-# %%
+# %% needs_answers=true
 R_kl = torch.tensor([[0.02, -0.01, 0.03, 0.0]])  # KL terms of a 3-token response; column 3 is the slot after EOS
 v = torch.tensor([[0.4, 0.5, 0.7, 0.6]])  # critic values; V_slot = 0.6
 r_phi, lam = 1.0, 0.95

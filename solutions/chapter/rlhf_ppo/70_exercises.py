@@ -37,7 +37,7 @@ ex1_rewards_01 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_ma
 ex1_rewards_02 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_mask, beta=0.2)
 ### END SOLUTION
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -76,7 +76,7 @@ print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2
 
 # %% stub="mlbook_solutions.exercises:reward_to_go" grade_id="ex2_reward_to_go"
 
-# %%
+# %% needs_answers=true tags=["nbval-check-output"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
     [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
@@ -192,7 +192,7 @@ for ex3_seed in range(3):
 
 # %% stub="mlbook_solutions.exercises:make_ptx_loss" grade_id="ex4_ptx"
 
-# %% test="ex4_ptx_test" points=1 check="check_ex4_ptx_loss(make_ptx_loss)"
+# %% test="ex4_ptx_test" points=1 check="check_ex4_ptx_loss(make_ptx_loss)" needs_answers=true tags=["nbval-check-output"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -207,7 +207,7 @@ _value = _term(_lm)
 assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
 assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 
-# %% solution="ex4_demo"
+# %% solution="ex4_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import PTX, demonstration_floor, format_summary, load_results, plot_ptx, summarise
 
@@ -269,7 +269,7 @@ show(
 
 # %% stub="mlbook_solutions.exercises:importance_ratios" grade_id="ex5_stale"
 
-# %% test="ex5_stale_test" points=1 check="check_ex5_importance_ratios(importance_ratios)"
+# %% test="ex5_stale_test" points=1 check="check_ex5_importance_ratios(importance_ratios)" needs_answers=true tags=["nbval-check-output"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -285,7 +285,7 @@ _same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _to
 assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
 assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
 
-# %% solution="ex5_demo"
+# %% solution="ex5_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import STALE, load_results, plot_stale, ratio_stats, stale_batch, summarise
 

@@ -2,7 +2,8 @@
 
     rlhf_memory_table(7e9)        -> rows: policy 16 B/param, critic 16, reference 2, reward model 2; total 36 (252 GB)
     format_memory_table(rows)     -> a markdown (or plain-text) table to display
-    time_ppo_step(...)            -> median seconds and fractions of one step: generate / forward / reward / update
+    StepClock()                   -> seconds per phase of a PPO step: generation / forward / reward / update
+    time_ppo_step(...)            -> median seconds and fractions of one step, the timed functions passed in
 
 Memory counts static state only (weights, fp32 master copy, Adam moments, gradients), not
 activations or KV caches, and uses decimal units (1 GB = 1e9 bytes).
@@ -14,12 +15,15 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
 from torch.nn import Module
 
-from mlbook.posttrain.toy_lm import sample, token_log_probs
+from mlbook.posttrain.roofline import Latency, Machine, Shape, fit_latency, predict_step, shares
+from mlbook.posttrain.toy_lm import END_ID
 
 # Bytes per parameter of a model trained with mixed-precision Adam: bf16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments in fp32 (4 + 4) + bf16 gradients (2).
@@ -122,69 +126,135 @@ def format_memory_table(rows: list[MemoryRow], markdown: bool = True) -> str:
 PHASES = ("generation", "forward", "reward", "update")
 
 
+class StepClock:
+    """Wall-clock seconds per phase of PPO steps; one definition for the notebook and the DDP program.
+
+    - ``generation``: the rollout call minus its teacher-forced forwards: the sampler's loop (every
+      decode step, the multinomial draws, the bookkeeping), prefill included;
+    - ``forward``: the teacher-forced no-grad passes over the *complete* sampled sequences that the
+      update needs: log-probs of the policy (``logp_old``) and of the reference, the critic's values;
+    - ``reward``: the reward function or model;
+    - ``update``: the PPO update (all epochs, optimiser steps included).
+
+    ``with clock.rollout(policy, ref, critic): roll = collect_rollouts(...)`` times the rollout and
+    splits it with forward hooks on the models passed (every model the rollout runs, a separate
+    sampler included): a call of one of them over the longest sequences any call
+    saw (the sampled batch) is a forward; a call over a shorter prefix, or over one new token with a
+    KV cache, is a decode step and counts as generation. ``with clock.phase("update"): ...`` times
+    the others. Seconds accumulate until :meth:`reset`.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    @contextmanager
+    def phase(self, name: str):
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; the phases are {PHASES}")
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+    @contextmanager
+    def rollout(self, *models: Module):
+        calls: list[tuple[int, float]] = []  # (sequence length of the call, seconds)
+        started: dict[int, float] = {}
+
+        def before(module, args, kwargs):
+            started[id(module)] = time.perf_counter()
+
+        def after(module, args, kwargs, out):
+            tokens = args[0] if args else next(iter(kwargs.values()))
+            calls.append((tokens.shape[1], time.perf_counter() - started.pop(id(module))))
+
+        hooks = [m.register_forward_pre_hook(before, with_kwargs=True) for m in models]
+        hooks += [m.register_forward_hook(after, with_kwargs=True) for m in models]
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            total = time.perf_counter() - t0
+            for h in hooks:
+                h.remove()
+        full = max((n for n, _ in calls), default=0)
+        forward = sum(s for n, s in calls if n == full)
+        self.seconds["forward"] += forward
+        self.seconds["generation"] += total - forward
+
+
 def time_ppo_step(
     policy: Module,
     ref: Module,
     critic: Module,
     prompts: torch.Tensor,
+    *,
+    rollout: Callable,
     reward_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    eos_id: int,
-    ppo_update: Callable,
+    update: Callable,
     max_new_tokens: int = 8,
+    eos_id: int | None = END_ID,
+    use_cache: bool = False,
     repeats: int = 3,
     warmup: int = 1,
-    beta: float = 0.05,
     lr: float = 1e-3,
     seed: int = 0,
-    **update_kwargs,
 ) -> dict:
-    """Wall-clock of one PPO step, split into its four phases (median over ``repeats``):
+    """Wall-clock of one PPO step, split into the phases of :class:`StepClock` (median over ``repeats``).
 
-    - ``generation``: ancestral sampling with :func:`mlbook.posttrain.toy_lm.sample`;
-    - ``forward``: no-grad forwards of the policy (``logp_old``), the reference and the critic;
-    - ``reward``: ``reward_fn(tokens, response_mask)``;
-    - ``update``: ``ppo_update(policy, critic, opt, roll, scores, beta, **update_kwargs)``, the
-      function passed in (the notebook passes the student's own).
+    The functions timed are arguments, so the step is the caller's own code:
 
-    Every repeat works on deep copies of the policy and critic with a fresh Adam optimiser and
-    samples with its own seeded generator, so the caller's models and random streams are untouched.
-    Returns ``{"seconds": {phase: s}, "fractions": {phase: f}, "total_s": s, "response_tokens": n,
-    "repeats": repeats}``; the fractions are of the sum of the phase medians.
+    - ``rollout(policy, ref, critic, prompts, max_new_tokens, eos_id, generator=gen)`` returns the
+      rollout dict (``tokens`` (B, T), ``mask`` (B, T-1), ...): the chapter's ``collect_rollouts``;
+    - ``reward_fn(tokens, full_mask)`` returns (B,) scores;
+    - ``update(policy, critic, opt, roll, scores)``: e.g. ``partial(ppo_update, beta=0.3, cfg=PPOConfig())``.
+
+    ``eos_id=None`` disables stopping, so every response has exactly ``max_new_tokens`` tokens.
+    ``use_cache`` picks the sampler (sets ``cfg.use_cache`` of the policy's copy, which
+    :func:`~mlbook.posttrain.toy_lm.sample` reads). Every repeat works on deep copies of the policy
+    and critic with a fresh Adam optimiser and samples with its own seeded generator, so the
+    caller's models and random streams are untouched. Returns ``{"seconds": {phase: s},
+    "fractions": {phase: f}, "total_s": s, "batch": B, "prompt_len": P, "new_tokens": n,
+    "response_tokens": mean count, "repeats": repeats}``; fractions are of the sum of the medians.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     timings: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    n_tokens = 0.0
+    n_tokens, n_new = 0.0, 0
     for i in range(warmup + repeats):
         pol, crit = copy.deepcopy(policy), copy.deepcopy(critic)
+        if use_cache and not hasattr(pol, "cfg"):
+            raise ValueError("use_cache=True needs a policy with a cfg (a TinyCausalLM)")
+        if hasattr(pol, "cfg"):
+            pol.cfg.use_cache = use_cache
         opt = torch.optim.Adam([*pol.parameters(), *crit.parameters()], lr=lr)
         gen = torch.Generator(device=prompts.device).manual_seed(seed + i)
-        t0 = time.perf_counter()
-        tokens, full_mask, _ = sample(pol, prompts, max_new_tokens, eos_id, generator=gen)
-        t1 = time.perf_counter()
-        mask = full_mask[:, 1:]  # (B, T-1) aligned with token_log_probs
-        with torch.no_grad():
-            logp_old = token_log_probs(pol(tokens), tokens) * mask  # (B, T-1)
-            logp_ref = token_log_probs(ref(tokens), tokens) * mask  # (B, T-1)
-            values_old = crit(tokens)[:, :-1]  # (B, T-1)
-        t2 = time.perf_counter()
-        with torch.no_grad():
-            scores = reward_fn(tokens, full_mask).float()  # (B,)
-        t3 = time.perf_counter()
-        roll = dict(tokens=tokens, mask=mask, logp_old=logp_old, logp_ref=logp_ref, values_old=values_old)
-        roll["on_policy"] = torch.tensor(True)
-        ppo_update(pol, crit, opt, roll, scores, beta, **update_kwargs)
-        t4 = time.perf_counter()
+        clock = StepClock()
+        with clock.rollout(pol, ref, crit):
+            roll = rollout(pol, ref, crit, prompts, max_new_tokens, eos_id, generator=gen)
+        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
+        with clock.phase("reward"), torch.no_grad():
+            scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
+        with clock.phase("update"):
+            update(pol, crit, opt, roll, scores)
         if i >= warmup:
-            for phase, seconds in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-                timings[phase].append(seconds)
-            n_tokens += float(mask.sum())
+            for phase in PHASES:
+                timings[phase].append(clock.seconds[phase])
+            n_tokens += float(roll["mask"].sum())
+            n_new = roll["tokens"].shape[1] - prompts.shape[1]
     seconds = {phase: statistics.median(ts) for phase, ts in timings.items()}
     total = sum(seconds.values())
     return dict(
         seconds=seconds,
         fractions={phase: s / total for phase, s in seconds.items()},
         total_s=total,
+        batch=prompts.shape[0],
+        prompt_len=prompts.shape[1],
+        new_tokens=n_new,
         response_tokens=n_tokens / repeats,
         repeats=repeats,
     )
@@ -196,4 +266,87 @@ def format_time_split(split: dict) -> str:
     for phase in PHASES:
         lines.append(f"{phase:<11} {1e3 * split['seconds'][phase]:8.2f} {split['fractions'][phase]:7.1%}")
     lines.append(f"{'total':<11} {1e3 * split['total_s']:8.2f} {1:7.1%}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- sweep and the roofline's view
+
+
+def sweep_time_split(policy: Module, ref: Module, critic: Module, prompts: torch.Tensor, lengths, **step_kwargs) -> list[dict]:
+    """:func:`time_ppo_step` for each response length, naive and KV-cached sampler, fixed lengths.
+
+    ``step_kwargs`` go to :func:`time_ppo_step` (``rollout``, ``reward_fn``, ``update``,
+    ``repeats``, ...); ``eos_id`` is None, so each response is exactly as long as asked.
+    Returns one row per (length, sampler): ``{"sampler": "naive" | "cached", **split}``.
+    """
+    rows = []
+    for n in lengths:
+        for cached in (False, True):
+            split = time_ppo_step(policy, ref, critic, prompts, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            rows.append(dict(sampler="cached" if cached else "naive", **split))
+    return rows
+
+
+PHASE_LATENCIES = ("forward", "reward", "update", "update_per_position")  # Latency fields not set by the sampler
+
+
+def calibrate_latency(
+    policy: Module,
+    ref: Module,
+    critic: Module,
+    prompt: torch.Tensor,
+    shape: Shape,
+    machine: Machine,
+    epochs: int,
+    lengths: tuple[int, int] = (4, 16),
+    **step_kwargs,
+) -> dict[str, Latency]:
+    """Fixed costs of each phase, per sampler, from two timed steps of a one-prompt batch.
+
+    A batch of one does almost no arithmetic, so what a step costs there is latency; the two
+    lengths separate the per-token part from the per-step part (:func:`roofline.fit_latency`).
+    The phases other than generation do not depend on the sampler; their latencies are the mean of
+    the two fits. Returns ``{"naive": Latency, "cached": Latency}``.
+    """
+    if prompt.shape[0] != 1:
+        raise ValueError(f"calibrate with a single prompt (1, P), got {tuple(prompt.shape)}")
+    fits = {}
+    for cached in (False, True):
+        short, long = (
+            time_ppo_step(policy, ref, critic, prompt, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            for n in lengths
+        )
+        fits["cached" if cached else "naive"] = fit_latency(shape, machine, short, long, epochs, cached)
+    # only generation depends on the sampler: pool the other phases' four measurements
+    pooled = {f: (getattr(fits["naive"], f) + getattr(fits["cached"], f)) / 2 for f in PHASE_LATENCIES}
+    return {name: replace(lat, **pooled) for name, lat in fits.items()}
+
+
+def predicted_split(row: dict, shape: Shape, machine: Machine, epochs: int, latency: dict[str, Latency]) -> dict:
+    """The roofline's seconds and shares for a measured row of :func:`sweep_time_split`.
+
+    ``latency_share`` is the part of the predicted step that is fixed latency, not FLOPs or bytes.
+    """
+    args = (shape, machine, row["batch"], row["prompt_len"], row["new_tokens"], epochs, row["sampler"] == "cached")
+    seconds = predict_step(*args, latency[row["sampler"]])
+    total, work = sum(seconds.values()), sum(predict_step(*args).values())
+    return dict(seconds=seconds, fractions=shares(seconds), total_s=total, latency_share=1 - work / total)
+
+
+def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
+    """Measured (and predicted) generation share and step time per response length and sampler."""
+    head = f"{'batch':>5} {'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8} {'gen share':>9}"
+    if predicted is not None:
+        head += f" {'predicted':>9} {'pred/meas':>9} {'pred step ms':>12}"
+    lines = [head]
+    for i, r in enumerate(rows):
+        line = (
+            f"{r['batch']:>5} {r['new_tokens']:>10} {r['sampler']:>7} {1e3 * r['seconds']['generation']:>8.1f}"
+            f" {1e3 * r['total_s']:>8.1f} {r['fractions']['generation']:>9.1%}"
+        )
+        if predicted is not None:
+            p = predicted[i]
+            ratio = p["fractions"]["generation"] / r["fractions"]["generation"]
+            line += f" {p['fractions']['generation']:>9.1%} {ratio:>9.2f} {1e3 * p['total_s']:>12.1f}"
+        lines.append(line)
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """A tiny causal transformer over a readable vocabulary: the "language model" of the PPO chapter.
 
 Small enough that a full PPO run takes a few seconds on a laptop CPU, big enough to have the
-parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it,
-and a per-token log-prob function whose alignment every PPO tensor follows:
+parts that matter for RLHF: an autoregressive sampler that stops at ``<|end|>``, pads after it
+(naive, re-running the prefix, or with a per-layer KV cache), and a per-token log-prob function
+whose alignment every PPO tensor follows:
 
     tokens            (B, T)    prompt + response + padding
     token_log_probs   (B, T-1)  index t scores tokens[:, t+1] given tokens[:, :t+1]
@@ -65,6 +66,30 @@ class ToyLMConfig:
     n_heads: int = 2
     max_len: int = 32
     init_std: float = 0.02  # small init => near-uniform next-token distribution at step 0
+    use_cache: bool = False  # what sample() does when its use_cache is None (like Hugging Face's config)
+
+
+class KVCache:
+    """Keys and values of every position seen so far, one (B, H, T, D/H) pair per layer.
+
+    Filled by a forward pass that is given the cache: the first call (the prompt) stores all its
+    positions, each later call appends the keys and values of one new token.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    def __len__(self) -> int:
+        """Positions cached so far (0 before the first forward)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this call's (B, H, t, D/H) keys and values to ``layer``'s; return all of them."""
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v  # (B, H, T_cached, D/H)
 
 
 class Block(nn.Module):
@@ -79,11 +104,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)  # (B, T, D) each
         q, k, v = (z.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D/H)
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)  # (B, H, T_cached, D/H): earlier positions and these
+        # T queries over T keys: causal. One new query over the cached keys: it may see all of them.
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=k.shape[2] == T)  # (B, H, T, D/H)
         x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return x + self.mlp(self.ln2(x))  # (B, T, D)
 
@@ -102,13 +130,15 @@ class TinyTransformer(nn.Module):
             if p.dim() > 1:
                 nn.init.normal_(p, std=cfg.init_std)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        T = tokens.shape[1]
-        if T > self.cfg.max_len:
-            raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
-        x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))  # (B, T, d)
-        for block in self.blocks:
-            x = block(x)
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        T, start = tokens.shape[1], 0 if cache is None else len(cache)  # positions start after the cached ones
+        if start + T > self.cfg.max_len:
+            raise ValueError(f"sequence length {start + T} exceeds max_len={self.cfg.max_len}")
+        if start and T != 1:
+            raise ValueError(f"after the prompt a KV cache takes one token per call, got {T}")
+        x = self.tok(tokens) + self.pos(torch.arange(start, start + T, device=tokens.device))  # (B, T, d)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
         return self.ln_f(x)  # (B, T, d)
 
 
@@ -122,12 +152,13 @@ class TinyCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         nn.init.normal_(self.lm_head.weight, std=cfg.init_std)
 
-    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """(B, T) -> (B, T, d): the representation of each prefix, before the LM head."""
-        return self.trunk(tokens)
+        return self.trunk(tokens, cache)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.hidden_states(tokens))  # (B, T, V)
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """(B, T) -> logits (B, T, V). With a cache, ``tokens`` are the positions after the cached ones."""
+        return self.lm_head(self.hidden_states(tokens, cache))  # (B, T, V)
 
 
 class TinyCritic(nn.Module):
@@ -163,32 +194,46 @@ def sample(
     model: nn.Module,
     prompts: torch.Tensor,
     max_new_tokens: int,
-    eos_id: int = END_ID,
+    eos_id: int | None = END_ID,
     pad_id: int = PAD_ID,
     generator: torch.Generator | None = None,
+    use_cache: bool | None = None,
 ) -> Samples:
     """Sample up to ``max_new_tokens`` after each prompt; a row stops after it emits ``eos_id``.
 
     ``prompts`` is (B, P) long (every row the same length; left-pad with ``pad_id`` if needed).
     Returns tokens (B, P + n) with n <= max_new_tokens (generation ends when every row has
     stopped), the response mask (B, P + n) and the sampling log-probs (B, P + n - 1).
+    ``eos_id=None`` never stops: every response is ``max_new_tokens`` long.
+
+    Without a cache every step runs the model over the whole prefix (B, t) and keeps the last
+    position. ``use_cache=True`` runs the prompt once, then feeds one token per step and reuses
+    every earlier position's keys and values (a :class:`KVCache`; the model must accept
+    ``cache=``); same tokens for the same generator, log-probs equal to float rounding.
+    ``use_cache=None`` takes ``model.cfg.use_cache`` (False unless set).
     """
     if prompts.dim() != 2 or prompts.dtype != torch.long:
         raise ValueError(f"prompts must be a (B, P) long tensor, got {tuple(prompts.shape)} {prompts.dtype}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if use_cache is None:
+        use_cache = getattr(getattr(model, "cfg", None), "use_cache", False)
     B, P = prompts.shape
     tokens, mask, logps = prompts, prompts.new_zeros(B, P, dtype=torch.float), []
     alive = torch.ones(B, dtype=torch.bool, device=prompts.device)  # (B,) rows still generating
+    cache, step_in = (KVCache(len(model.trunk.blocks)), prompts) if use_cache else (None, None)
     for _ in range(max_new_tokens):
-        logp = torch.log_softmax(model(tokens)[:, -1].float(), dim=-1)  # (B, V) next-token distribution
+        logits = model(step_in, cache=cache) if use_cache else model(tokens)  # (B, t, V)
+        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V) next-token distribution
         nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)  # (B,)
         picked = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
         nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
         tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+1)
         mask = torch.cat([mask, alive.float().unsqueeze(1)], dim=1)  # (B, t+1)
         logps.append(torch.where(alive, picked, torch.zeros_like(picked)))
-        alive = alive & (nxt != eos_id)
+        step_in = nxt.unsqueeze(1)  # (B, 1) the cached sampler's next input
+        if eos_id is not None:
+            alive = alive & (nxt != eos_id)
         if not alive.any():
             break
     prompt_part = torch.zeros(B, P - 1, device=prompts.device)  # log-probs of prompt tokens are not recorded

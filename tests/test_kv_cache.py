@@ -1,0 +1,114 @@
+"""The KV-cache sampler: same samples as the naive one, stops at <|end|>, handles left padding."""
+
+import pytest
+import torch
+
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    PAD_ID,
+    KVCache,
+    TinyCausalLM,
+    ToyLMConfig,
+    encode,
+    make_prompts,
+    sample,
+    token_log_probs,
+)
+
+
+def peaked_model(seed: int = 0, **cfg) -> TinyCausalLM:
+    """A far-from-uniform toy LM, so that samples differ from row to row and <|end|> is likely somewhere."""
+    torch.manual_seed(seed)
+    return TinyCausalLM(ToyLMConfig(init_std=0.3, **cfg)).eval()
+
+
+def both(model, prompts, n, seed=0, **kw):
+    naive = sample(model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=False, **kw)
+    cached = sample(model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=True, **kw)
+    return naive, cached
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_sampler_draws_the_same_tokens_and_log_probs(seed):
+    model = peaked_model(seed)
+    prompts = make_prompts(16, torch.Generator().manual_seed(seed))
+    naive, cached = both(model, prompts, 20, seed)
+    assert torch.equal(naive.tokens, cached.tokens)
+    assert torch.equal(naive.response_mask, cached.response_mask)
+    assert (naive.logprobs - cached.logprobs).abs().max() < 1e-5
+    # and both equal the teacher-forced log-probs the trainer recomputes
+    recomputed = token_log_probs(model(cached.tokens), cached.tokens) * cached.response_mask[:, 1:]
+    assert (recomputed - cached.logprobs).abs().max() < 1e-5
+
+
+def test_cached_logits_equal_full_forward_position_by_position():
+    model = peaked_model(3, max_len=40)
+    tokens = torch.randint(0, 16, (4, 30), generator=torch.Generator().manual_seed(0))
+    full = model(tokens)  # (B, T, V)
+    cache = KVCache(len(model.trunk.blocks))
+    steps = [model(tokens[:, :5], cache=cache)]  # prompt: 5 positions at once
+    steps += [model(tokens[:, t : t + 1], cache=cache) for t in range(5, 30)]  # then one at a time
+    assert len(cache) == 30
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+
+
+def test_default_sampler_is_the_naive_one_and_cfg_switches_it():
+    model = peaked_model(4)
+    prompts = make_prompts(8, torch.Generator().manual_seed(4))
+    default = sample(model, prompts, 10, generator=torch.Generator().manual_seed(5))
+    naive = sample(model, prompts, 10, generator=torch.Generator().manual_seed(5), use_cache=False)
+    assert all(torch.equal(a, b) for a, b in zip(default, naive, strict=True))  # bit-identical
+    model.cfg.use_cache = True
+    via_cfg = sample(model, prompts, 10, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(via_cfg.tokens, naive.tokens)
+
+
+def test_cached_sampler_stops_at_end_and_pads_after_it():
+    model = peaked_model(5)
+    with torch.no_grad():
+        model.lm_head.weight[END_ID] += 0.5  # make <|end|> common, so rows stop at different steps
+    prompts = make_prompts(32, torch.Generator().manual_seed(5))
+    naive, cached = both(model, prompts, 24, seed=5)
+    assert torch.equal(naive.tokens, cached.tokens)
+    tokens, mask = cached.tokens, cached.response_mask
+    ended = (tokens == END_ID) & (mask == 1)
+    assert ended.any(1).sum() >= 2, "the test needs rows that stop"
+    for row in range(len(tokens)):
+        hits = ended[row].nonzero()
+        if len(hits):
+            stop = int(hits[0])
+            assert torch.all(tokens[row, stop + 1 :] == PAD_ID)  # nothing after <|end|>
+            assert torch.all(mask[row, stop + 1 :] == 0) and mask[row, stop] == 1
+    if ended.any(1).all():  # every row stopped: generation ended early, at the last row's <|end|>
+        assert tokens.shape[1] < prompts.shape[1] + 24
+
+
+def test_eos_none_never_stops():
+    model = peaked_model(6)
+    prompts = make_prompts(8, torch.Generator().manual_seed(6))
+    _, cached = both(model, prompts, 12, seed=6, eos_id=None)
+    assert cached.tokens.shape == (8, 2 + 12)
+    assert torch.all(cached.response_mask[:, 2:] == 1)
+
+
+def test_cached_sampler_with_left_padded_prompts():
+    model = peaked_model(7)
+    rows = [encode("the cat sat on"), encode("a dog"), encode("the")]
+    P = max(len(r) for r in rows)
+    prompts = torch.tensor([[PAD_ID] * (P - len(r)) + r for r in rows])  # left-padded (3, 4)
+    naive, cached = both(model, prompts, 10, seed=7)
+    assert torch.equal(naive.tokens, cached.tokens)
+    assert torch.equal(cached.tokens[:, :P], prompts)
+    assert torch.all(cached.response_mask[:, :P] == 0) and torch.all(cached.response_mask[:, P] == 1)
+    assert (naive.logprobs - cached.logprobs).abs().max() < 1e-5
+
+
+def test_cache_guards():
+    model = peaked_model(8, max_len=8)
+    prompts = make_prompts(2)
+    with pytest.raises(ValueError, match="max_len"):
+        sample(model, prompts, 8, eos_id=None, use_cache=True)  # 2 + 7 positions > 8
+    cache = KVCache(len(model.trunk.blocks))
+    model(prompts, cache=cache)
+    with pytest.raises(ValueError, match="one token per call"):
+        model(prompts, cache=cache)

@@ -1255,7 +1255,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -1287,7 +1287,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2397b045c7c4d12bf569d4f7345baa22", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2397b045c7c4d12bf569d4f7345baa22", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 import io
 
 from IPython.display import Image

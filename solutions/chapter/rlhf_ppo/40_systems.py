@@ -171,7 +171,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %%
+# %% needs_answers=true
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -203,7 +203,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %%
+# %% needs_answers=true
 import io
 
 from IPython.display import Image

@@ -1238,7 +1238,7 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (

@@ -154,7 +154,7 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %% needs_answers=true
+# %%
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (

@@ -12,10 +12,11 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 from mlbook_tools.build import HIDDEN_TESTS_TAG
+from mlbook_tools.config import layout
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
 TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 

@@ -9,31 +9,31 @@ the visible checks too, or a student with a right answer would be told it is wro
 """
 
 import math
-import pathlib
 
 import grading_catalog as cat
-import jupytext
+import nbformat
 import pytest
 import torch
 from mlbook_solutions import ppo_lm
+from mlbook_tools.config import layout
 
-FRAGMENT = pathlib.Path(__file__).resolve().parents[1] / "solutions" / "chapter" / "rlhf_ppo" / "30_implementation.py"
+SOLVED = layout().solved / "rlhf_ppo.ipynb"  # what `mlbook build` generated from the fragments
 
 
 def visible_checks() -> dict[str, list[str]]:
     """Graded test id -> sources of the plain code cells between the answer cells and that graded cell."""
     checks, pending = {}, []
-    for cell in jupytext.reads(FRAGMENT.read_text(), fmt="py:percent").cells:
-        meta = cell.metadata
+    for cell in nbformat.read(SOLVED, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             continue
-        if "stub" in meta:
-            continue
-        if "test" in meta:
-            checks[meta["test"]] = pending
+        if meta.get("solution"):  # an answer cell: its checks are the plain cells after it
             pending = []
-        elif "include" not in meta:
-            pending.append(cell.source)
+        elif meta.get("grade"):
+            checks[meta["grade_id"]] = pending
+            pending = []
+        elif not cell.source.lstrip().startswith(("def ", "class ", "@", "import ", "from ")):
+            pending.append(cell.source)  # a check cell (read-only code that defines nothing)
     return checks
 
 

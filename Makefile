@@ -28,10 +28,16 @@ train: env
 notebooks: env
 	$(BIN)/mlbook build
 
-# Execute the solved notebooks and render them, figures embedded, to build/*.html.
+# Execute the solved notebooks (every cell, hidden tests included), then render them, figures
+# embedded, to build/*.html without the cells tagged hidden-tests: the reading form shows the
+# chapter, not the grader's code. (nbconvert removes tagged cells before it executes, hence two steps.)
+# The mlbook template is JupyterLab's plus each figure's alternative text.
 html: notebooks
-	$(BIN)/jupyter nbconvert --to html --execute \
-		--ExecutePreprocessor.timeout=600 --output-dir $(OUT) solutions/notebooks/*.ipynb
+	$(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
+		--output-dir $(OUT)/executed solutions/notebooks/*.ipynb
+	$(BIN)/jupyter nbconvert --to html --TagRemovePreprocessor.remove_cell_tags='{"hidden-tests"}' \
+		--TemplateExporter.extra_template_basedirs=tools/mlbook_tools/templates --template mlbook \
+		--output-dir $(OUT) $(OUT)/executed/*.ipynb
 
 chapter: train html
 

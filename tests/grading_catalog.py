@@ -6,7 +6,9 @@ catalog serves two tests: ``test_grading_catalog.py`` runs the graded checks on 
 ``test_autograde.py`` pastes a few entries into a notebook and grades it with real nbgrader.
 
 ``WRONG[name] = (graded test that must fail, defined symbol, source)``;
-``CORRECT[name] = (defined symbol, source)``.
+``CORRECT[name] = (defined symbol, source)``. ``test_visible_checks.py`` also runs every wrong answer
+through the check cells students see: ``HIDDEN_ONLY[name] = reason`` marks the mistakes deliberately
+left to the hidden tests alone.
 """
 
 SHAPED = "test_shaped_rewards_places_score_and_kl"
@@ -315,3 +317,7 @@ CORRECT = {
         "        return self.beta\n",
     ),
 }
+
+# Wrong answers that the visible check cells of §3 deliberately let through (the hidden tests catch
+# them), with the reason. Empty: every mistake above makes a visible check print what is wrong.
+HIDDEN_ONLY: dict[str, str] = {}

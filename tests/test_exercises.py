@@ -428,6 +428,10 @@ QUOTED = [
     ("stale_clip_mean", 2, ".3f", "0.309"),
     ("stale_reward_last5", 0, ".2f", "4.84"),
     ("on_policy_reward_last5", 0, ".2f", "3.71"),
+    ("stale_kl_last5", 0, ".2f", "8.93"),
+    ("on_policy_kl_last5", 0, ".2f", "5.62"),
+    ("stale_beta_final", 0, ".3f", "0.336"),
+    ("on_policy_beta_final", 0, ".3f", "0.399"),
 ]
 
 
@@ -441,3 +445,16 @@ def test_prose_numbers_match_cache(results, solved):
     band = {k: sum(abs(v / r["sft"][0] - 1) > 0.10 for r in runs for v in r["sft"]) for k, runs in results["ptx"].items()}
     assert band["2.0"] == 1 and band["1.0"] == 25
     assert "only 1 of the 150 seed-steps" in text and "25 of the 150 seed-steps" in text
+
+
+def test_ex5_reward_anomaly_trace_matches_cache(results, solved):
+    """Exercise 5's worked answer traces the stale arm's extra reward to the controller: quoted ranges match the cache."""
+    text = " ".join("\n".join(c.source for c in solved if c.cell_type == "markdown").split())
+    target = ex.CHAPTER_RUN.kl_target
+    for arm, (lo, hi, beta_lo, beta_hi) in {"stale": (10, 13, "0.236", "0.245"), "on_policy": (6, 8, "0.256", "0.266")}.items():
+        runs = results["stale"][arm]
+        under = [sum(k < target for k in r["kl"]) for r in runs]  # steps in which the controller lowered beta
+        low = [min(r["beta"]) for r in runs]
+        assert (min(under), max(under)) == (lo, hi), (arm, under)
+        assert (f"{min(low):.3f}", f"{max(low):.3f}") == (beta_lo, beta_hi), (arm, low)
+    assert "for 10 to 13 steps instead of 6 to 8" in text and "to 0.236 to 0.245 instead of 0.256 to 0.266" in text

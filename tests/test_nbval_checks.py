@@ -7,16 +7,16 @@ itself cannot: that a release cell raises only NotImplementedError from an unwri
 """
 
 import ast
-import pathlib
 import re
 import subprocess
 import sys
 
 import nbformat
 from mlbook_tools.build import CHECK_OUTPUT, NOT_RECORDED, RAISES, reuse_outputs
+from mlbook_tools.config import layout
 from nbclient import NotebookClient
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
 SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
 RELEASE = ROOT / "chapters" / "rlhf_ppo.ipynb"

@@ -309,7 +309,7 @@ class StaleByOneUpdate:
 
 
 def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]) -> dict:
-    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL."""
+    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL, KL, beta."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps)
     sampler = StaleByOneUpdate() if stale else None
@@ -320,6 +320,8 @@ def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = 
         clip_frac=[h.clip_frac for h in history],
         reward=[h.reward for h in history],
         approx_kl=[h.approx_kl for h in history],
+        kl=[h.kl for h in history],
+        beta=[h.beta for h in history],
     )
 
 
@@ -462,6 +464,8 @@ def summarise(results: dict) -> dict[str, tuple[float, float, float, float]]:
     for name, runs in results["stale"].items():
         out[f"{name}_clip_mean"] = _spread([statistics.fmean(r["clip_frac"][1:]) for r in runs])
         out[f"{name}_reward_last5"] = _spread([statistics.fmean(r["reward"][-5:]) for r in runs])
+        out[f"{name}_kl_last5"] = _spread([statistics.fmean(r["kl"][-5:]) for r in runs])
+        out[f"{name}_beta_final"] = _spread([r["beta"][-1] for r in runs])
     return out
 
 

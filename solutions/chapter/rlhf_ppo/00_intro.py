@@ -15,14 +15,19 @@
 # | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did |
 # | §6 Interview questions | answers hidden until you click |
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
+# | References | the papers and code the prose cites by author and year |
 #
 # **How to work through it.** Run the cells from the top. Each cell that says
 # `raise NotImplementedError` is yours: replace that line with your implementation. Right after
 # each of your functions a *check* cell runs it on a small example and prints ✓ or tells you what is
 # off. The graded cells (marked "Graded") contain more thorough tests that run when the notebook is
 # autograded; they are hidden from you, and they accept any correct implementation (loops or
-# vectorised, float32 or float64). Read-only cells hold the code you only need to read; edits to
-# them are undone at grading time.
+# vectorised, float32 or float64). The check cells are built to catch the common mistakes those
+# tests punish, but the hidden tests probe more cases, so grade yourself before you hand in: in a
+# terminal, `mlbook grade path/to/notebook.ipynb` runs the hidden tests on your saved notebook and
+# prints, for each graded cell, its points and the message of a failed test; written answers show
+# as awaiting manual grading. Read-only cells hold the code you only need to read; edits to them
+# are undone at grading time.
 #
 # **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
 # prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor
@@ -41,10 +46,12 @@ import torch
 from IPython.display import Markdown, display
 
 from mlbook.figures import draw_pipeline, plot_clip_objective
-from mlbook.plotting import plot_training_curves
+from mlbook.plotting import plot_gae_trace, plot_response_shape, plot_training_curves, show
 from mlbook.posttrain.toy_lm import (
+    BOS_ID,
     END_ID,
     GOOD_ID,
+    PAD_ID,
     VOCAB,
     TinyCausalLM,
     TinyCritic,

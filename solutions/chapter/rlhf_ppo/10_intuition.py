@@ -56,5 +56,10 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 # One iteration of the whole loop, with the four models involved:
 
 # %%
-fig = draw_pipeline()
-plt.show()
+show(
+    draw_pipeline(),
+    alt="Diagram of one PPO-RLHF iteration. Prompts go to the trained policy, which samples responses; the frozen "
+    "reward model scores them, the frozen reference gives per-token log-probs for the KL fee, and the trained critic "
+    "gives a value per token. Score and KL fee form the shaped reward, GAE turns rewards and values into advantages "
+    "and returns, and the clipped PPO update sends new weights back to the policy and the critic.",
+)

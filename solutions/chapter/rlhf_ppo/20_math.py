@@ -19,7 +19,8 @@
 #
 # $$\boxed{R_t = -\beta\left[\log\pi_\theta(a_t \mid s_t) - \log\pi_{\text{ref}}(a_t \mid s_t)\right] + \mathbb 1[t = T]\, r_\phi(x, y)}$$
 #
-# Three remarks that matter in code. (i) The log-probs in $R_t$ are those of the policy that
+# This is the KL-penalised reward of Ziegler et al. (2019), Stiennon et al. (2020) and InstructGPT
+# (Ouyang et al., 2022). Three remarks that matter in code. (i) The log-probs in $R_t$ are those of the policy that
 # *sampled* the batch, recorded at rollout time and treated as constants: the KL then shapes the
 # reward and its gradient reaches the policy through the surrogate below, not through $R_t$.
 # (ii) $T$ is the last *response* token: `<|end|>` when the model stopped, otherwise the last token
@@ -37,7 +38,7 @@
 # $r_t(\theta) = \pi_\theta(a_t \mid s_t) / \pi_{\text{old}}(a_t \mid s_t)$:
 # $L^{\mathrm{PG}}(\theta) = \mathbb{E}_t[r_t(\theta) A_t]$, whose gradient at
 # $\theta = \theta_{\text{old}}$ is the policy gradient above. Left alone, the optimiser would
-# inflate $r_t$ without limit wherever $A_t > 0$. PPO takes the pessimistic of two estimates,
+# inflate $r_t$ without limit wherever $A_t > 0$. PPO (Schulman et al., 2017) takes the pessimistic of two estimates,
 #
 # $$\boxed{L^{\mathrm{CLIP}}(\theta) = \mathbb{E}_t\Big[\min\big(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon)\, A_t\big)\Big]}, \qquad \epsilon = 0.2.$$
 #
@@ -49,20 +50,29 @@
 # for both signs; shaded regions are where the gradient is zero.
 
 # %%
-fig = plot_clip_objective(eps=0.2)
-plt.show()
+show(
+    plot_clip_objective(eps=0.2),
+    alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "
+    "objective follows r*A up to r = 1.2 and is flat beyond it (shaded: zero gradient). For A = -1 it follows r*A down "
+    "to r = 0.8 and is flat below it. On the other side of 1 it stays on the unclipped dashed line r*A.",
+)
 
 # %% [markdown]
 # **What the clip is not.** Descriptions often call it a trust region. It is weaker than that:
 # the clip removes the *incentive* to push a token further, not the possibility. Other tokens'
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
-# sampling policy and the current one, $\mathbb{E}_t[r_t - 1 - \log r_t]$ (always $\ge 0$, second
-# order in $r_t - 1$), and stop the epochs early when it passes a threshold; `ppo_update` below
-# does both. The *clip fraction*, the share of response tokens whose ratio has left the band, is
-# the diagnostic to watch. Two definitions circulate: "the ratio is outside the band" (used here)
-# and "the clipped term is the active one", i.e. the ratio moved $\epsilon$ in the advantage's
-# direction (TRL's `clipfrac`); the second is never larger than the first.
+# sampling policy and the current one, and stop the epochs early when it passes a threshold;
+# `ppo_update` below does both. Two estimators of that KL are in use (Schulman, 2020). This chapter
+# and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL and
+# lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. Both agree to
+# second order in $\log r_t$, so they are close while the ratios stay near 1, but they are not the
+# same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
+# tokens whose ratio has left the band, is the diagnostic to watch. Two definitions circulate: "the
+# ratio is outside the band" (used here and in CleanRL) and "the clipped term is the active one",
+# i.e. the ratio moved $\epsilon$ in the advantage's direction (TRL's and OpenRLHF's `clipfrac`).
+# The second is never larger than the first, and on the chapter's run it is markedly smaller (§3.6
+# measures both).
 #
 # ### 2.3 Advantages (GAE), the value loss and the full loss
 #
@@ -74,10 +84,16 @@ plt.show()
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
 # $A_t = \sum_{l\ge0} R_{t+l} - V(s_t)$: advantage plus value is the Monte-Carlo reward-to-go.
 # Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response) and
-# $\lambda \approx 0.95$. The critic regresses on the returns $G_t = A_t + V(s_t)$ with a clipped
-# loss that keeps the new value within $\epsilon_v$ of the value recorded at rollout time:
+# $\lambda \approx 0.95$ (Schulman et al., 2016). The critic regresses on the returns
+# $G_t = A_t + V(s_t)$ with a clipped loss that keeps the new value within $\epsilon_v$ of the value
+# recorded at rollout time:
 #
 # $$L^V = \tfrac12\max\Big(\big(V_\psi(s_t) - G_t\big)^2,\ \big(\operatorname{clip}(V_\psi(s_t), V_{\text{old}}(s_t) - \epsilon_v, V_{\text{old}}(s_t) + \epsilon_v) - G_t\big)^2\Big).$$
+#
+# Libraries give the value clip its own setting: `cliprange_value` in lm-human-preferences and TRL
+# (0.2, the same as the policy's clip), `value_clip` in OpenRLHF (0.5). This chapter's code uses
+# one number for both, $\epsilon_v = \epsilon = 0.2$: `ppo_update` passes its `clip_eps` to
+# `value_loss`.
 #
 # The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
 # $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps

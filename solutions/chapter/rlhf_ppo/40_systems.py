@@ -154,7 +154,7 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %% needs_answers=true
+# %%
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
@@ -171,7 +171,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %%
+# %% needs_answers=true
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -203,7 +203,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %%
+# %% needs_answers=true
 import io
 
 from IPython.display import Image
@@ -376,16 +376,17 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
 # | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
-# | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max|\log\pi_\theta - \log\pi_{\text{old}}|$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
-# | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position instead of the last response token | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |
+# | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max\vert\log\pi_\theta - \log\pi_{\text{old}}\vert$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
+# | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position that the masks then zero out, instead of the last response token (TRL's deliberate slot after EOS is another matter, see §5) | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |
 # | Model never learns to stop; lengths run to the maximum | `pad_token == eos_token`: masking padding also masks the real EOS, so stopping is never rewarded or penalised | Is EOS inside the response mask? | A distinct pad id, or build the mask from positions rather than token ids |
 # | 1-GPU and 8-GPU runs disagree; $\beta$ differs across ranks | Statistics computed per rank: advantage whitening, the controller's KL, token-mean losses | Log $\beta$ and the KL on every rank | All-reduce (sum, sum of squares, count) and the KL before use; normalise losses by the global token count |
 #
 # **Clip fraction is not one quantity.** §3's `ppo_clip_loss` (like CleanRL) counts tokens with
 # $|r_t - 1| > \epsilon$. TRL and OpenRLHF count tokens where the *clipped branch is the one the
 # $\min$ picks*, i.e. only ratios past the bound the advantage favours; tokens that moved the
-# "wrong" way are unclipped and not counted. Their number is never larger than ours, so compare a
-# clip fraction only with one computed the same way.
+# "wrong" way are unclipped and not counted. Their number is never larger than ours, and on the
+# chapter's own run it is clearly smaller (§3.6 prints both, step by step and on average), so
+# compare a clip fraction only with one computed the same way.
 #
 # ### 4.4 When to use what
 #

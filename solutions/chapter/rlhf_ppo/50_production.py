@@ -64,9 +64,10 @@
 # | Detail | TRL | OpenRLHF | LMHP | This chapter |
 # |---|---|---|---|---|
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
-# | Where the score lands | last response token (legacy trainer); the slot after EOS (newer) | last position of the action mask; score clipped to $\pm 10$ | last column (fixed-length responses) | last response token (`<|end|>` if emitted) |
+# | Where the score lands | last response token (legacy trainer); from 0.12 the slot after EOS, which stays in the value loss | last position of the action mask; score clipped to $\pm 10$ | column $-1$ of the fixed-length response, also when it was truncated before that | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
-# | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch | masked, global across ranks, population variance |
+# | Tokens after the stop token | masked out of every loss | masked | kept: truncation turns them into padding and no mask removes them from the losses | masked |
+# | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch, over every column (no mask), biased variance | masked, global across ranks, population variance |
 # | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |
 # | Value loss | clipped at 0.2 around $V_{\text{old}}$ | clipped at 0.5 | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 |
 # | Adaptive KL controller | legacy: $\beta_0 = 0.2$, target 6, horizon 10,000 **samples** | same class when a target is set | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes | horizon in **updates** |
@@ -104,14 +105,66 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
 #   it) the plain log-ratio $k_1$ is an unbiased per-sample estimate of the KL, negative values
-#   included. Used as a *loss*, as GRPO does with $k_3 = (\rho - 1) - \log\rho$ where
+#   included. Used as a *loss*, as GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
 #   $\rho = \pi_{\text{ref}}/\pi_\theta$, its value is unbiased and non-negative but its gradient is not the gradient of the KL.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
 #   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
-# - **Monitor drift, do not trust the clip.** Log the approximate KL $\mathbb E[r - 1 - \log r]$
-#   between the sampling policy and the updated one, and stop the epochs of a step when it passes a
-#   threshold (CleanRL and the legacy TRL trainer both do).
+# - **Monitor drift, do not trust the clip.** Log an approximate KL between the sampling policy and
+#   the updated one and stop the epochs of a step when it passes a threshold, as `ppo_update` does
+#   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
+#   $k_3$ against `target_kl` (off by default) at the end of each epoch. The legacy TRL trainer's
+#   `early_stopping` is off by default too, and when on it compares the mean log-ratio $k_1$, which
+#   can be negative, with $1.5\times$ `target_kl`, after the minibatch's optimiser step has been
+#   taken. What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
+#   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
+#   chapter's run.
+#
+# **The score one slot after EOS.** TRL's PPO trainer from version 0.12 adds the score at the
+# position *after* the stop token on purpose, and keeps that position in the critic's loss (not in
+# the policy's). That is a design choice, not the off-by-one of §4.3, where the score lands on a
+# position the masks then zero out. How much does it change? With the slot inside GAE, the stop
+# token's advantage becomes $R_T + \gamma V_{\text{slot}} - V_T + \gamma\lambda(r_\phi - V_{\text{slot}})$
+# instead of $R_T + r_\phi - V_T$: at $\gamma = 1$ they differ by $(1-\lambda)(V_{\text{slot}} - r_\phi)$,
+# and earlier tokens by that times $\lambda^{T-t}$. Nothing at $\lambda = 1$, and nothing once the
+# critic has learned to predict the score at the slot, which is what keeping the slot in the value
+# loss trains it to do. The cell checks the formula with your `gae` on one response.
+
+# %% needs_answers=true
+R_kl = torch.tensor([[0.02, -0.01, 0.03, 0.0]])  # KL terms of a 3-token response; column 3 is the slot after EOS
+v = torch.tensor([[0.4, 0.5, 0.7, 0.6]])  # critic values; V_slot = 0.6
+r_phi, lam = 1.0, 0.95
+on_eos, after_eos = R_kl.clone(), R_kl.clone()
+on_eos[0, 2] += r_phi  # this chapter: the score on the last response token
+after_eos[0, 3] += r_phi  # TRL >= 0.12: the score on the slot after it
+a_chapter, _ = gae(on_eos, v, torch.tensor([[1.0, 1.0, 1.0, 0.0]]), gamma=1.0, lam=lam)
+a_slot, _ = gae(after_eos, v, torch.ones(1, 4), gamma=1.0, lam=lam)  # the slot is part of GAE
+gap = a_slot[0, :3] - a_chapter[0, :3]
+print("advantages, score on EOS:  ", [round(x, 4) + 0.0 for x in a_chapter[0, :3].tolist()])
+print("advantages, score after EOS:", [round(x, 4) + 0.0 for x in a_slot[0, :3].tolist()])
+predicted = [(1 - lam) * (v[0, 3].item() - r_phi) * lam ** (2 - t) for t in range(3)]
+print("difference:", [round(x, 4) + 0.0 for x in gap.tolist()], " (1 - lam)(V_slot - r) lam^(T-t):",
+      [round(x, 4) + 0.0 for x in predicted])  # fmt: skip
+assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
+
+# %% [markdown]
+# **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
+#
+# - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
+#   every epoch (CleanRL, TRL, lm-human-preferences), so an epoch takes several optimiser steps in
+#   a fresh order; `ppo_update` takes one full-batch step per epoch, which 64 short sequences allow.
+# - *Learning-rate decay.* CleanRL's `anneal_lr`, on by default, decays the learning rate linearly
+#   to zero over training; here it stays constant.
+# - *Adam's $\epsilon$.* CleanRL sets it to $10^{-5}$ instead of PyTorch's $10^{-8}$, and Huang, Liu
+#   and von Werra (2023) found that PyTorch's and TensorFlow's Adam place $\epsilon$ differently, which
+#   made the PyTorch port update more aggressively early in RLHF training.
+# - *The value head starts at zero.* lm-human-preferences initialises the value head's weights to
+#   zero, so every $V(s_t)$ starts at exactly 0; the toy's `TinyCritic` head keeps PyTorch's default
+#   random initialisation.
+# - *TRL's guard rails* (legacy trainer): `score_clip` clips the reward model's score before it
+#   enters the reward (off by default), and `ratio_threshold` (10 by default) zeroes the loss of any
+#   minibatch whose mean ratio exceeds it, skipping the step rather than letting one outlier batch
+#   cause a loss spike.
 #
 # Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
 # so pin the version you build on.

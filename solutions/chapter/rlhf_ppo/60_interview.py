@@ -52,7 +52,7 @@
 # So it equals $L^{\text{PG}}$ to first order at $\theta_{\text{old}}$, never exceeds it, and the gradient of a
 # token vanishes once its ratio has moved $\epsilon$ in the direction its advantage rewards; moves
 # in the harmful direction are never clipped, so they can always be undone. It is a cheap,
-# first-order stand-in for TRPO's constraint $\mathrm{KL}(\pi_{\text{old}}\|\pi_\theta) \le \delta$.
+# first-order stand-in for the constraint of TRPO (Schulman et al., 2015), $\mathrm{KL}(\pi_{\text{old}}\|\pi_\theta) \le \delta$.
 #
 # It is **not** a trust region, and saying so is the staff-level part. The clip removes a token's
 # *incentive* to move further, not the possibility: tokens share parameters, so updates driven by

@@ -44,8 +44,18 @@ def encode(text: str) -> list[int]:
 
 
 def decode(ids, skip_pad: bool = True) -> str:
-    """Ids (list or 1-D tensor) -> space-separated words."""
-    return " ".join(VOCAB[int(i)] for i in ids if not (skip_pad and int(i) == PAD_ID))
+    """Ids (list or 1-D tensor) -> space-separated words.
+
+    With ``skip_pad`` only the padding the sampler adds after ``<|end|>`` is dropped (and leading
+    left-padding of a prompt). A ``<|pad|>`` or ``<|bos|>`` the policy *sampled* inside a response
+    is a real token, scored like any other, so it is shown.
+    """
+    words = [VOCAB[int(i)] for i in ids]
+    if skip_pad:
+        start = next((k for k, w in enumerate(words) if w != VOCAB[PAD_ID]), len(words))
+        end = words.index(VOCAB[END_ID], start) + 1 if VOCAB[END_ID] in words[start:] else len(words)
+        words = words[start:end] + [w for w in words[end:] if w != VOCAB[PAD_ID]]
+    return " ".join(words)
 
 
 @dataclass

@@ -1,0 +1,58 @@
+# %% [markdown]
+# ## References
+#
+# The prose cites these by author and year; arXiv numbers identify each paper.
+#
+# **Algorithms**
+#
+# - *Trust Region Policy Optimization.* Schulman, J., Levine, S., Moritz, P., Jordan, M., Abbeel, P.
+#   (2015). ICML. arXiv:1502.05477.
+# - *High-Dimensional Continuous Control Using Generalized Advantage Estimation.* Schulman, J.,
+#   Moritz, P., Levine, S., Jordan, M., Abbeel, P. (2016). ICLR. arXiv:1506.02438. (GAE, §2.3.)
+# - *Proximal Policy Optimization Algorithms.* Schulman, J., Wolski, F., Dhariwal, P., Radford, A.,
+#   Klimov, O. (2017). arXiv:1707.06347. (The clipped surrogate, §2.2.)
+# - *Approximating KL Divergence.* Schulman, J. (2020). Blog post, joschu.net/blog/kl-approx.html.
+#   (The estimators $k_1$, $k_2$, $k_3$ of §2.2, §3.6 and §5.)
+# - *Direct Preference Optimization: Your Language Model is Secretly a Reward Model.* Rafailov, R.,
+#   et al. (2023). NeurIPS. arXiv:2305.18290. (DPO, §4.4.)
+# - *DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models.* Shao, Z.,
+#   et al. (2024). arXiv:2402.03300. (GRPO, §4 and §5.)
+#
+# **RLHF with PPO on language models**
+#
+# - *Fine-Tuning Language Models from Human Preferences.* Ziegler, D. M., Stiennon, N., Wu, J.,
+#   Brown, T. B., Radford, A., Amodei, D., Christiano, P., Irving, G. (2019). arXiv:1909.08593. Code:
+#   github.com/openai/lm-human-preferences. (The per-token KL reward and the adaptive controller,
+#   §2.)
+# - *Learning to Summarize from Human Feedback.* Stiennon, N., et al. (2020). NeurIPS.
+#   arXiv:2009.01325.
+# - *Training Language Models to Follow Instructions with Human Feedback.* Ouyang, L., et al. (2022).
+#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5 and exercise 4.)
+# - *Constitutional AI: Harmlessness from AI Feedback.* Bai, Y., et al. (2022). arXiv:2212.08073.
+#   (§5.)
+# - *Llama 2: Open Foundation and Fine-Tuned Chat Models.* Touvron, H., et al. (2023).
+#   arXiv:2307.09288. (§4.2 and §5.)
+# - *The Llama 3 Herd of Models.* Grattafiori, A., et al. (2024). arXiv:2407.21783. (§5.)
+#
+# **Implementation studies**
+#
+# - *Implementation Matters in Deep Policy Gradients: A Case Study on PPO and TRPO.* Engstrom, L.,
+#   Ilyas, A., Santurkar, S., Tsipras, D., Janoos, F., Rudolph, L., Madry, A. (2020). ICLR.
+#   arXiv:2005.12729. (§6, Q2.)
+# - *The 37 Implementation Details of Proximal Policy Optimization.* Huang, S., Dossa, R. F. J.,
+#   Raffin, A., Kanervisto, A., Wang, W. (2022). ICLR Blog Track.
+# - *The N Implementation Details of RLHF with PPO.* Huang, S., Liu, T., von Werra, L. (2023).
+#   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
+# - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
+#   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
+#   (2024). arXiv:2403.17031.
+#   (Reward whitening and the production table, §4.3 and §5.)
+#
+# **Libraries**
+#
+# - *CleanRL: High-quality Single-file Implementations of Deep Reinforcement Learning Algorithms.*
+#   Huang, S., et al. (2022). JMLR 23(274). github.com/vwxyzjn/cleanrl.
+# - *TRL: Transformer Reinforcement Learning.* von Werra, L., et al. (2020).
+#   github.com/huggingface/trl. (Legacy `PPOTrainer` up to 0.11; the rewritten trainer from 0.12.)
+# - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
+#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF.

@@ -1,0 +1,133 @@
+"""The reading form of the chapter: the solved notebook rendered to HTML as `make html` does.
+
+Rendered without executing (a few seconds): every markdown table must come out as a table, the
+grader's hidden-test code must not appear, and every figure the chapter draws goes through
+``mlbook.plotting.show`` with alternative text.
+"""
+
+import pathlib
+import re
+
+import nbformat
+import pytest
+from bs4 import BeautifulSoup
+from mlbook_tools.build import HIDDEN_TESTS_TAG
+from mlbook_tools.config import layout
+from nbconvert import HTMLExporter
+from traitlets.config import Config
+
+ROOT = layout().root
+SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+
+
+def _html_target() -> str:
+    text = (ROOT / "Makefile").read_text()
+    return text[text.index("\nhtml:") : text.index("\nchapter:")]
+
+
+def makefile_html_option() -> str:
+    """The tag-removal option the Makefile's html target passes to nbconvert."""
+    m = re.search(r"--TagRemovePreprocessor\.remove_cell_tags='(\{[^}]*\})'", _html_target())
+    assert m, "the Makefile's html target must remove the hidden-test cells"
+    return m.group(1)
+
+
+def exporter() -> HTMLExporter:
+    """nbconvert's HTML exporter configured as the Makefile's html target configures it."""
+    target = _html_target()
+    config = Config()
+    config.TagRemovePreprocessor.remove_cell_tags = set(eval(makefile_html_option()))  # a set literal of tag names
+    config.TemplateExporter.extra_template_basedirs = [
+        str(ROOT / re.search(r"--TemplateExporter\.extra_template_basedirs=(\S+)", target).group(1))
+    ]
+    config.HTMLExporter.template_name = re.search(r"--template (\S+)", target).group(1)
+    return HTMLExporter(config=config)
+
+
+def render(path: pathlib.Path) -> BeautifulSoup:
+    html, _ = exporter().from_notebook_node(nbformat.read(path, as_version=4))
+    return BeautifulSoup(html, "html.parser")
+
+
+@pytest.fixture(scope="module", params=SOLVED, ids=lambda p: p.stem)
+def page(request):
+    return request.param, render(request.param)
+
+
+def test_makefile_removes_the_tag_the_build_sets():
+    assert eval(makefile_html_option()) == {HIDDEN_TESTS_TAG}
+
+
+def test_every_markdown_table_renders(page):
+    _, soup = page
+    for cell in soup.select(".jp-MarkdownCell"):
+        raw = [line for line in cell.get_text("\n").splitlines() if TABLE_ROW.match(line)]
+        assert not raw, f"a markdown table did not render (escape | inside math or code spans): {raw[0][:120]}"
+
+
+def test_tables_are_there(page):
+    path, soup = page
+    if path.stem == "rlhf_ppo":
+        assert len(soup.select(".jp-MarkdownCell table")) >= 4  # overview, failure modes, methods, production
+
+
+def test_no_hidden_test_code_in_the_reading_form(page):
+    path, soup = page
+    nb = nbformat.read(path, as_version=4)
+    tagged = [c for c in nb.cells if HIDDEN_TESTS_TAG in c.metadata.get("tags", [])]
+    if path.stem == "rlhf_ppo":
+        assert len(tagged) == 8  # six core graded cells and two exercise tests
+    code = "\n".join(el.get_text() for el in soup.select(".jp-InputArea"))
+    for leak in ("def check_", "_brute_gae", "check_train_ppo(", "_ex4_expected", "_lp_pol"):
+        assert leak not in code, f"hidden-test code {leak!r} shows in the rendered chapter"
+
+
+def test_figures_are_shown_with_alt_text():
+    """Every figure cell of the chapter sources goes through show(fig, alt=...), never a bare plt.show()."""
+    for frag in sorted((ROOT / "solutions" / "chapter").glob("*/[0-9]*.py")):
+        text = frag.read_text()
+        assert "plt.show()" not in text, f"{frag.name}: use mlbook.plotting.show(fig, alt=...) so the image has alt text"
+        assert not re.search(r"display\(\w*fig\w*\)", text), f"{frag.name}: display a figure with show(fig, alt=...)"
+
+
+def test_show_attaches_alt_text(monkeypatch):
+    import IPython.display
+    import matplotlib.pyplot as plt
+
+    from mlbook import plotting
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, metadata=None: shown.append(metadata))
+    fig = plt.figure()
+    plotting.show(fig, alt="An empty test figure with no axes.")
+    assert shown == [{"image/png": {"alt": "An empty test figure with no axes."}}]
+    assert not plt.fignum_exists(fig.number)
+    with pytest.raises(ValueError, match="alt"):
+        plotting.show(plt.figure(), alt="")
+
+
+def test_rendered_figures_carry_their_alt_text(caplog):
+    """A figure displayed by show() keeps its alt text through the Makefile's template, with no nbconvert warning."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    alt = "A rising line, the only figure of this test."
+    output = nbformat.v4.new_output(
+        "display_data", data={"image/png": base64.b64encode(buf.getvalue()).decode()}, metadata={"image/png": {"alt": alt}}
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("show(fig, alt=...)", outputs=[output])])
+    html, _ = exporter().from_notebook_node(nb)
+    imgs = BeautifulSoup(html, "html.parser").select(".jp-OutputArea-output img")
+    assert [img.get("alt") for img in imgs] == [alt]
+    assert "Alternative text is missing" not in caplog.text

@@ -116,7 +116,7 @@ from mlbook.posttrain.toy_lm import sample, token_log_probs
 # the whole response 1.5, and the KL coefficient is $\beta = 0.1$. The cell computes the per-token
 # reward $R_t = -\beta(\log\pi_\theta - \log\pi_{\text{ref}}) + \mathbb 1[t = T]\, r_\phi$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7f1905c78071222591f31c65e6cf26ab", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "221bc358adf6c20a90037b8d8b90f11c", "grade": false, "grade_id": "10_intuition-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 example = dict(
     logp_policy=torch.tensor([-1.0, -0.5, -2.0, -0.1]),
     logp_ref=torch.tensor([-1.2, -0.5, -1.0, -0.1]),
@@ -124,11 +124,15 @@ example = dict(
     beta=0.1,
 )
 kl_term = -example["beta"] * (example["logp_policy"] - example["logp_ref"])  # (4,)
-score_term = torch.tensor([0.0, 0.0, 0.0, example["score"]])  # the score arrives on the final token only
+score_term = torch.tensor(
+    [0.0, 0.0, 0.0, example["score"]]
+)  # the score arrives on the final token only
 R = kl_term + score_term
 rows = [
     f"| {t + 1} | {lp:+.1f} | {lr:+.1f} | {k:+.2f} | {s:.1f} | **{r:+.2f}** |"
-    for t, (lp, lr, k, s, r) in enumerate(zip(example["logp_policy"], example["logp_ref"], kl_term, score_term, R, strict=True))
+    for t, (lp, lr, k, s, r) in enumerate(
+        zip(example["logp_policy"], example["logp_ref"], kl_term, score_term, R, strict=True)
+    )
 ]
 display(
     Markdown(
@@ -353,24 +357,37 @@ def shaped_rewards(
 # by 1 nat at *every* column, prompt and padding included: only response tokens may pay the fee,
 # the score must land on the right column, and your function must leave its inputs untouched.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ec530ad82592c46df53893748ab6a3bf", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "053c22919209b6b8d0d6b0fbf0e81e3f", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 r = shaped_rewards(
     torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
     torch.ones(1, 4), beta=0.1,
 )  # fmt: skip
 print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
-assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), "expected (-0.02, 0, +0.10, +1.50), the §1 table"
+assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), (
+    "expected (-0.02, 0, +0.10, +1.50), the §1 table"
+)
 ragged = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
 idx = last_response_index(ragged)
 assert [int(i) for i in idx] == [3, 4], f"last response index should be [3, 4], got {idx}"
-logp_pol, logp_ref = torch.full((2, 5), -1.0), torch.full((2, 5), -2.0)  # log-ratio +1 on every column
+logp_pol, logp_ref = (
+    torch.full((2, 5), -1.0),
+    torch.full((2, 5), -2.0),
+)  # log-ratio +1 on every column
 r = shaped_rewards(torch.tensor([2.0, 3.0]), logp_pol, logp_ref, ragged, beta=0.1)
-assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), "shaped_rewards modified logp_policy in place: compute a new tensor"
-assert (r[ragged == 0] == 0).all(), f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), (
+    "shaped_rewards modified logp_policy in place: compute a new tensor"
+)
+assert (r[ragged == 0] == 0).all(), (
+    f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+)
 expected = -0.1 * ragged
 expected[0, 3], expected[1, 4] = expected[0, 3] + 2.0, expected[1, 4] + 3.0
-assert torch.allclose(r, expected, atol=1e-6), f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
-print("✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one")
+assert torch.allclose(r, expected, atol=1e-6), (
+    f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
+)
+print(
+    "✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one"
+)
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b53ba20972943249bfac6c8de569fe49", "grade": true, "grade_id": "test_shaped_rewards_places_score_and_kl", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
@@ -411,18 +428,29 @@ def gae(
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6ea00e69c76ab28d7d4cbaec249194f1", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ba2e210d0151757722ea86503742dd2a", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
-values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
+values = torch.tensor(
+    [[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]]
+)  # 9.0 = junk off the response
 adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
 reward_to_go = rewards.flip(1).cumsum(1).flip(1) * mask
-print("advantages + values:", [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()])
-assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), "with gamma = lambda = 1, A + V must be the reward-to-go"
-assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), "the second output must be the returns G = A + V"
+print(
+    "advantages + values:",
+    [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()],
+)
+assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), (
+    "with gamma = lambda = 1, A + V must be the reward-to-go"
+)
+assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), (
+    "the second output must be the returns G = A + V"
+)
 adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
 assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
-assert torch.allclose(gae(rewards, values, mask)[0], adv95), "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+assert torch.allclose(gae(rewards, values, mask)[0], adv95), (
+    "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+)
 # Zero values on a 3-token response (then one padding column with a junk value) and a reward of 1 at its end:
 # A_t = (gamma * lambda)^(T - t) on the response, so both factors must discount and the junk must not leak in.
 one, v_pad, m_pad = (
@@ -435,7 +463,9 @@ for g, lam in ((0.5, 1.0), (1.0, 0.5)):
     assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
         f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
     )
-print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding")
+print(
+    "✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding"
+)
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "774846a2aea5a94389cda7b0933120ca", "grade": true, "grade_id": "test_gae_matches_brute_force_and_mc_return", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
@@ -476,40 +506,56 @@ def ppo_clip_loss(
 # $1+\epsilon$ and one with $A < 0$ pushed below $1-\epsilon$ (both clipped: zero gradient), and one
 # with $A > 0$ whose ratio fell to $e^{-0.5}$, the wrong way, which is never clipped.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "468520343357ec703730279a53f02205", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8d7db8740e3509e838a5b6f0caca7cd5", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
-assert isinstance(loss, torch.Tensor) and loss.requires_grad, "the loss must be a tensor that carries gradient to logp_new"
+assert isinstance(loss, torch.Tensor) and loss.requires_grad, (
+    "the loss must be a tensor that carries gradient to logp_new"
+)
 loss.backward()
 print(
     f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {[round(g, 4) + 0.0 for g in logp_new.grad[0].tolist()]}, clip fraction = {float(frac):.3f}"
 )
-assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
-assert torch.allclose(logp_new.grad, -adv * m / 3), "at ratio 1 the gradient must be -A / (number of response tokens)"
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, (
+    f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
+)
+assert torch.allclose(logp_new.grad, -adv * m / 3), (
+    "at ratio 1 the gradient must be -A / (number of response tokens)"
+)
 
 old2 = torch.full((2, 4), -1.0)
 adv2 = torch.tensor([[1.0, -1.0, 1.0, 5.0], [2.0, 5.0, 5.0, 5.0]])
 m2 = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
-moved = torch.tensor([[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]])  # log-ratios; padding moved far, it must not count
+moved = torch.tensor(
+    [[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]]
+)  # log-ratios; padding moved far, it must not count
 new2 = (old2 + moved).requires_grad_(True)
 loss, frac = ppo_clip_loss(new2, old2, adv2, m2, 0.2)
 loss.backward()
 per_token = [-1.2, 0.8, -math.exp(-0.5), -2.0]  # -min(r A, clip(r) A) for the four response tokens
-print(f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}")
+print(
+    f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}"
+)
 assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
     "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
 )  # fmt: skip
 g = new2.grad
-assert g[0, 0] == 0 and g[0, 1] == 0, f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
-assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, "a token that moved against its advantage is unclipped: gradient -A*r/N"
+assert g[0, 0] == 0 and g[0, 1] == 0, (
+    f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
+)
+assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, (
+    "a token that moved against its advantage is unclipped: gradient -A*r/N"
+)
 assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
     f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
     f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
 )  # fmt: skip
-print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens")
+print(
+    "✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens"
+)
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c354c747d97076699c6de0acc517cb9", "grade": true, "grade_id": "test_ppo_clip_loss_gradient_and_clipping", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
@@ -534,7 +580,7 @@ def value_loss(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "45711858c8e618081c756082797b4ff1", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68927c3ac9f172fc43a5951b6961d95c", "grade": false, "grade_id": "30_implementation-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 v_old = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
 ret = torch.tensor([[1.0, 1.0, -1.0, 5.0]])
 v_new = torch.tensor([[0.1, 0.5, 0.5, 0.0]])
@@ -547,7 +593,9 @@ assert abs(float(vl) - expected) < 1e-6, (
     "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, mean over response tokens"
 )
 wide = value_loss(v_new, v_old, ret, m, clip_eps=0.5)  # token 2 is now inside the clip: 0.25
-assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, "value_loss must clip at its clip_eps argument, not at 0.2"
+assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, (
+    "value_loss must clip at its clip_eps argument, not at 0.2"
+)
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 
@@ -559,7 +607,7 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 #
 # Only `update` is yours; remember the clip of the relative error to ±0.2 and the `n_steps / horizon` scaling.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "8d04adcebfa1fa280536c89863d93907", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "43ffaf1e4f755ed331b8f993326f3ffd", "grade": false, "grade_id": "AdaptiveKLController", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class AdaptiveKLController:
     """Proportional controller that steers ``beta`` so the measured KL tracks ``target``.
 
@@ -571,7 +619,9 @@ class AdaptiveKLController:
 
     def __init__(self, beta: float, target: float, horizon: float = 10) -> None:
         if beta <= 0 or target <= 0 or horizon <= 0:
-            raise ValueError(f"beta, target and horizon must be positive, got {beta}, {target}, {horizon}")
+            raise ValueError(
+                f"beta, target and horizon must be positive, got {beta}, {target}, {horizon}"
+            )
         self.beta, self.target, self.horizon = beta, target, horizon
 
     def update(self, kl: float, n_steps: int = 1) -> float:
@@ -580,14 +630,18 @@ class AdaptiveKLController:
         raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "338ec927fc270947c45c8d7cdc339244", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1a1716b7e9f221667a3bbf38af3ca203", "grade": false, "grade_id": "30_implementation-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print(f"KL 12 (twice the target) -> beta {ctl.update(12.0):.4f}")
-assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
+assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, (
+    "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
+)
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10_000)  # horizon counted in samples
-assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
+assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, (
+    "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
+)
 print("✓ AdaptiveKLController.update")
 
 
@@ -613,7 +667,7 @@ print("✓ AdaptiveKLController.update")
 # term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
 # (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "54209a8570ee6527671ae75ec6b5aef4", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3bd5c268bf292342e245560c07308178", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -642,7 +696,9 @@ def collect_rollouts(
     ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
-    tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
+    tokens, full_mask, logp_sampled = sample(
+        sampler, prompts, max_new_tokens, eos_id, generator=generator
+    )
     mask = full_mask[:, 1:]  # (B, T-1) aligned with the log-probs of tokens[:, 1:]
     with torch.no_grad():
         logp_old = token_log_probs(sampler(tokens), tokens) * mask  # (B, T-1)
@@ -650,7 +706,9 @@ def collect_rollouts(
         values_old = critic(tokens)[:, :-1]  # (B, T-1) V(s_t) before tokens[:, t+1]
     gap = float((logp_old - logp_sampled).abs().max())
     if gap > 1e-4:
-        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}")
+        raise RuntimeError(
+            f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}"
+        )
     on_policy = torch.tensor(sampler is policy)
     return dict(
         tokens=tokens,
@@ -747,11 +805,19 @@ def ppo_update(
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
-        if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
-            raise RuntimeError("the first PPO epoch must start at ratio 1: the forward pass is not deterministic")
+        if (
+            epoch == 0
+            and bool(roll.get("on_policy", False))
+            and float((log_ratio * m).abs().max()) > 1e-5
+        ):
+            raise RuntimeError(
+                "the first PPO epoch must start at ratio 1: the forward pass is not deterministic"
+            )
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(
+            logp_new, roll["logp_old"], advantages, m, cfg.clip_eps
+        )
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
@@ -766,7 +832,9 @@ def ppo_update(
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         clip_frac = float(global_mean(n_local.new_tensor([clip_frac]), n_local.reshape(1), reduce))
-        history.append(EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra))
+        history.append(
+            EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra)
+        )
     return history
 
 
@@ -835,7 +903,11 @@ def train_ppo(
     for p in ref.parameters():
         p.requires_grad_(False)
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
-    controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
+    controller = (
+        AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon)
+        if cfg.kl_target is not None
+        else None
+    )
     beta, history = cfg.beta, []
     bar = range(cfg.steps)
     if progress:
@@ -848,11 +920,17 @@ def train_ppo(
             with torch.no_grad():
                 evaluated = float(evaluate(policy))
         model = sampler(policy) if sampler is not None else None
-        roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
+        roll = collect_rollouts(
+            policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model
+        )
         scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
-        epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
-        reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()
+        epochs = ppo_update(
+            policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce
+        )
+        reward, length = global_mean(
+            torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce
+        ).tolist()
         history.append(PPOStats(reward, kl, beta, length, epochs, evaluated))
         if progress:
             bar.set_postfix(reward=f"{reward:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")
@@ -872,7 +950,7 @@ def train_ppo(
 # single number: the reward function sees every step's rollouts before the update, and
 # `extra_loss`, called at the start of every epoch, looks at the policy and adds a zero to the loss.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8cc8acf0bfb8927dd2ef7844bd3f97a5", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "747c59f8c2ab3615f2bbfe42f70c639f", "grade": false, "grade_id": "30_implementation-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 class RunLog:
     """Per step: the sampled tokens, the response mask, the critic's values and the reference's log-probs at
     rollout time, and the policy's log-probs at the start of every epoch (epoch 0 = log pi_old)."""
@@ -887,19 +965,25 @@ class RunLog:
     def __call__(self, policy):  # used as extra_loss: records, then adds nothing
         step = self.steps[-1]
         with torch.no_grad():
-            step["logp"].append(token_log_probs(policy(step["tokens"]), step["tokens"]) * step["mask"])  # (B, T-1)
+            step["logp"].append(
+                token_log_probs(policy(step["tokens"]), step["tokens"]) * step["mask"]
+            )  # (B, T-1)
             if len(step["logp"]) == 1:  # before the first optimiser step: the critic is still V_old
                 step["values"] = self.critic(step["tokens"])[:, :-1]
-                step["logp_ref"] = token_log_probs(self.ref(step["tokens"]), step["tokens"]) * step["mask"]
+                step["logp_ref"] = (
+                    token_log_probs(self.ref(step["tokens"]), step["tokens"]) * step["mask"]
+                )
         return torch.zeros(())
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b62dfc93514eeb8bff772bb0650d149f", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "962958dcf5fb5a6dff3c2b771367ae76", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 CHAPTER_RUN = PPOConfig()
 
 
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
+run_cfg = (
+    dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN
+)  # shorter while grading
 print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
@@ -950,7 +1034,7 @@ for row in samples:
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "eadae6cc463958025f9afc6e56ae462a", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1384a627397ffb4e2519292d4b712c77", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
     resp, m = step["tokens"][:, 1:], step["mask"]  # (B, T-1) each: response token t is resp[:, t]
@@ -966,10 +1050,14 @@ for row in first["tokens"][:4]:
     print("  ", decode(row))
 print(f"{'':28}{'step 1':>8}{f'step {len(history)}':>9}")
 print(f"{'good tokens per response':28}{history[0].reward:8.2f}{history[-1].reward:9.2f}")
-print(f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}")
+print(
+    f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}"
+)
 print(f"{'responses ending in <|end|>':28}{end_share[0]:8.0%}{end_share[-1]:9.0%}")
 for name in ("<|pad|>", "<|bos|>"):
-    print(f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}")
+    print(
+        f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}"
+    )
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -1006,7 +1094,7 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3b4f271bb8bc7a19e4e5212148e32b68", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "28999e71d526fa3ad915ec2e72401fd5", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
 full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)  # (B, T)
@@ -1016,10 +1104,14 @@ A, G = gae(R, step["values"], m)  # (B, T-1) each, before whitening
 row = 0
 cols = m[row].nonzero().flatten()  # response columns of this row
 words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t scores tokens[:, t+1]
-print(f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})")
+print(
+    f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
+)
 print(f"{'t':>2} {'token':>8} {'R_t':>7} {'V(s_t)':>7} {'A_t':>7} {'G_t':>7}")
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    print(f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}")
+    print(
+        f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}"
+    )
 show(
     plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
                    title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
@@ -1046,27 +1138,35 @@ show(
 # as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
 # `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1738fea7fcf558ada5eaa3b947446eb1", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c4b6bf3dd1391b1cf9c2d31f2b777979", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
     m = step["mask"]
     full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)
-    R = shaped_rewards(good_count_reward(step["tokens"], full_mask), step["logp"][0], step["logp_ref"], m, h.beta)
+    R = shaped_rewards(
+        good_count_reward(step["tokens"], full_mask), step["logp"][0], step["logp_ref"], m, h.beta
+    )
     adv = masked_whiten(gae(R, step["values"], m)[0], m)  # the advantages the update used
     log_r = (step["logp"][-1] - step["logp"][0]) * m  # (B, T-1) at the start of the last epoch
     r = log_r.exp()
     clip_out.append(float(masked_mean(((r - 1).abs() > 0.2).float(), m)))
-    clip_active.append(float(masked_mean((((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))).float(), m)))
+    clip_active.append(
+        float(masked_mean((((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))).float(), m))
+    )
     k3s.append(float(masked_mean(r - 1 - log_r, m)))
     k2s.append(float(masked_mean(0.5 * log_r**2, m)))
-    assert abs(clip_out[-1] - h.clip_frac) < 1e-6 and abs(k3s[-1] - h.approx_kl) < 1e-6  # same as ppo_update's
+    assert (
+        abs(clip_out[-1] - h.clip_frac) < 1e-6 and abs(k3s[-1] - h.approx_kl) < 1e-6
+    )  # same as ppo_update's
 n = len(history)
 gap_step = max(range(n), key=lambda i: clip_out[i] - clip_active[i])
 print(
     f"clip fraction, mean over {n} steps: ratio outside the band {sum(clip_out) / n:.3f}, "
     f"clipped term active (TRL) {sum(clip_active) / n:.3f}"
 )
-print(f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}")
+print(
+    f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}"
+)
 rel = [abs(a - b) / b for a, b in zip(k2s, k3s, strict=True) if b > 0]
 print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
       f"they differ by at most {max(rel):.1%} at any step")  # fmt: skip
@@ -1114,10 +1214,15 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a0d11a19af57b64e2128b6559be2b50e", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "526dfc9fcc9d358c2dc0ae001591fdbc", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
-from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
+from mlbook.posttrain.systems import (
+    format_memory_table,
+    human_bytes,
+    rlhf_memory_table,
+    rlhf_over_pretraining,
+)
 
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
@@ -1129,11 +1234,13 @@ display(Markdown(format_memory_table(toy_rows)))
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e00d15f886240b38f81a4d159e93f42", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "74578ea445483039a2a617d82def51a7", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
-print(f"7B: {total_7b.bytes_per_param:.0f} bytes/param -> {human_bytes(total_7b.total_bytes)} of static state")
+print(
+    f"7B: {total_7b.bytes_per_param:.0f} bytes/param -> {human_bytes(total_7b.total_bytes)} of static state"
+)
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
@@ -1157,13 +1264,15 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "81fb7a85ed721b8da508fffe98cb4fb1", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6103bf1188c5b26efce331f18f6937c0", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
     "GRPO with a reward model (no critic)": 16 + 2 + 2,
     "GRPO with a verifier (policy + reference)": 16 + 2,
-    "PPO with LoRA policy and critic on one frozen base": 2 + 2 * 16 * lora_share + 2,  # base, two adapters, RM
+    "PPO with LoRA policy and critic on one frozen base": 2
+    + 2 * 16 * lora_share
+    + 2,  # base, two adapters, RM
 }
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
@@ -1287,7 +1396,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2397b045c7c4d12bf569d4f7345baa22", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5ad2908826e22ed6b45b3cff2b24c25", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 import io
 
 from IPython.display import Image
@@ -1314,7 +1423,9 @@ print(format_sweep(rows, [r["predicted"] for r in rows]))
 ratios = [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"] for r in rows]
 print(f"predicted / measured generation share: {min(ratios):.2f} to {max(ratios):.2f}")
 for n in lengths:
-    g = {r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n}
+    g = {
+        r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n
+    }
     print(f"{n:>3} new tokens: the model predicts a {g['naive'] / g['cached']:.1f}x speed-up")
 fixed = [r["predicted"]["latency_share"] for r in rows]
 print(f"fixed latency is {min(fixed):.0%} to {max(fixed):.0%} of the predicted step")
@@ -1565,7 +1676,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "73b9edac8b52aaa515fa9670761bac13", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b01934661e3c529ef8e80c8b00c0973f", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
     """One adaptive-KL update: beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
     return beta * (1 + min(0.2, max(-0.2, kl / target - 1)) * n_steps / horizon)
@@ -1575,14 +1686,26 @@ batch, horizon_samples, target = 64, 10_000, 6.0
 kls = [2.0, 5.0, 9.0, 12.0, 7.0, 6.5]  # a made-up KL trace (nats per sequence)
 beta_samples = beta_updates = 0.2
 for kl in kls:
-    beta_samples = controller_step(beta_samples, kl, target, n_steps=batch, horizon=horizon_samples)  # original units
-    beta_updates = controller_step(beta_updates, kl, target, n_steps=1, horizon=horizon_samples / batch)  # chapter units
-print(f"horizon {horizon_samples} samples at {batch} samples/update = {horizon_samples / batch:.1f} updates")
-print(f"beta after {len(kls)} updates: {beta_samples:.6f} (samples) vs {beta_updates:.6f} (updates)")
+    beta_samples = controller_step(
+        beta_samples, kl, target, n_steps=batch, horizon=horizon_samples
+    )  # original units
+    beta_updates = controller_step(
+        beta_updates, kl, target, n_steps=1, horizon=horizon_samples / batch
+    )  # chapter units
+print(
+    f"horizon {horizon_samples} samples at {batch} samples/update = {horizon_samples / batch:.1f} updates"
+)
+print(
+    f"beta after {len(kls)} updates: {beta_samples:.6f} (samples) vs {beta_updates:.6f} (updates)"
+)
 wrong = 0.2
 for kl in kls:
-    wrong = controller_step(wrong, kl, target, n_steps=1, horizon=horizon_samples)  # horizon in samples, n_steps=1
-print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow")
+    wrong = controller_step(
+        wrong, kl, target, n_steps=1, horizon=horizon_samples
+    )  # horizon in samples, n_steps=1
+print(
+    f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3cfb63f63b8ff2f638c3f8ce30531ec1", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
@@ -1614,8 +1737,10 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # critic has learned to predict the score at the slot, which is what keeping the slot in the value
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c6e284aba13dd752fc875b9675aa5aed", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-R_kl = torch.tensor([[0.02, -0.01, 0.03, 0.0]])  # KL terms of a 3-token response; column 3 is the slot after EOS
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e4b7965d77425c1ed603935e0ea6c47b", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+R_kl = torch.tensor(
+    [[0.02, -0.01, 0.03, 0.0]]
+)  # KL terms of a 3-token response; column 3 is the slot after EOS
 v = torch.tensor([[0.4, 0.5, 0.7, 0.6]])  # critic values; V_slot = 0.6
 r_phi, lam = 1.0, 0.95
 on_eos, after_eos = R_kl.clone(), R_kl.clone()
@@ -1890,14 +2015,17 @@ from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, to
 # `ex1_rewards_01` and `ex1_rewards_02`, each of shape (1, 4). Then explain below why the sample's total
 # return went *up* when the KL penalty got stronger.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9b4f1fb5a2bd7adf04a19e0b6af210b6", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "342095e0b87ea700786aee9053a419b3", "grade": false, "grade_id": "ex1_shaped_rewards", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
 ex1_logp_policy = torch.tensor([[-1.0, -0.5, -2.0, -0.1]])
 ex1_logp_ref = torch.tensor([[-1.2, -0.5, -1.0, -0.1]])
-ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of four tokens, no prompt, no padding
+ex1_score, ex1_mask = (
+    torch.tensor([1.5]),
+    torch.ones(1, 4),
+)  # one response of four tokens, no prompt, no padding
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "279b0e373ebf747115adf592d7ed2bcf", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e614e73e50f8f404221bb724d95aa52e", "grade": false, "grade_id": "70_exercises-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 1 (not graded: rerun it until it passes).
 assert torch.allclose(ex1_rewards_02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6), (
     f"at beta = 0.2 the shaped rewards should be (-0.04, 0, +0.2, +1.5), got {ex1_rewards_02.tolist()}"
@@ -1907,7 +2035,9 @@ assert torch.allclose(ex1_rewards_01, torch.tensor([[-0.02, 0.0, 0.1, 1.5]]), at
 )
 ex1_log_ratio = float((ex1_logp_policy - ex1_logp_ref).sum())
 print("beta = 0.2 rewards:", [round(x, 4) + 0.0 for x in ex1_rewards_02[0].tolist()])
-print(f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}")
+print(
+    f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}"
+)
 print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
 
 
@@ -1931,14 +2061,19 @@ def reward_to_go(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Te
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "293b9d5cc5a37c16cfe0664d046ec4cd", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "243a249d2ce0c74acd36adac804b7fb9", "grade": false, "grade_id": "70_exercises-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
-    [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
+    [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]],
+    dtype=torch.float64,
 )
 ex2_gen = torch.Generator().manual_seed(7)
-ex2_rewards = (torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1) * ex2_mask
-ex2_values = torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2  # non-zero on padding too
+ex2_rewards = (
+    torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1
+) * ex2_mask
+ex2_values = (
+    torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2
+)  # non-zero on padding too
 ex2_loop = torch.zeros_like(ex2_rewards)
 for ex2_b in range(ex2_mask.shape[0]):
     ex2_running = 0.0
@@ -1946,12 +2081,19 @@ for ex2_b in range(ex2_mask.shape[0]):
         ex2_running += float(ex2_rewards[ex2_b, ex2_t] * ex2_mask[ex2_b, ex2_t])
         ex2_loop[ex2_b, ex2_t] = ex2_running * float(ex2_mask[ex2_b, ex2_t])
 ex2_mine = reward_to_go(ex2_rewards, ex2_mask)
-assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), "reward_to_go differs from the loop on the response"
+assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), (
+    "reward_to_go differs from the loop on the response"
+)
 ex2_adv, ex2_ret = gae(ex2_rewards, ex2_values, ex2_mask, gamma=1.0, lam=1.0)
 ex2_gap = float(((ex2_adv + ex2_values - ex2_loop) * ex2_mask).abs().max())
-assert ex2_gap < 1e-6, f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
+assert ex2_gap < 1e-6, (
+    f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
+)
 print(f"largest |advantages + values - reward-to-go| on response tokens: {ex2_gap:.1e}")
-print("row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =", [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()])
+print(
+    "row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =",
+    [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()],
+)
 
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
@@ -2000,7 +2142,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c3cbd84ffda6e6d17047b1ac58bdb2e", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "017914d3a85dcf58b181c3892a89f346", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -2012,8 +2154,12 @@ _lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
 _term = make_ptx_loss(demonstration_batch(), 0.5)
 assert callable(_term), "make_ptx_loss must return a function of the policy"
 _value = _term(_lm)
-assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
-assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+assert isinstance(_value, torch.Tensor) and _value.numel() == 1, (
+    "extra_loss(policy) must return a scalar tensor"
+)
+assert _value.requires_grad, (
+    "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+)
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE
@@ -2037,14 +2183,16 @@ raise NotImplementedError("replace this line with your implementation")
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
 # policy instead of the sampler, and explain why that is wrong.
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6c5bd388928b3f4b6c0aab4df2f27c45", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response."""
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "22d4060f10009b5b32de55977b7075c8", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def importance_ratios(
+    policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response"""
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68afeaa7d290d3e93270f24b64070d55", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "07ecf0585baacb9f8cac8c4872792d07", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -2056,9 +2204,15 @@ _sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
 _gen = torch.Generator().manual_seed(0)
 _tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
 _mask = _full_mask[:, 1:]
-_same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)).double()
-assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
-assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
+_same = torch.as_tensor(
+    importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)
+).double()
+assert _same.shape == _mask.shape, (
+    f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
+)
+assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), (
+    "a model against itself has ratio 1"
+)
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
 # YOUR CODE HERE

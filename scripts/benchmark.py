@@ -32,7 +32,12 @@ from mlbook_tools.grading import grade_notebook, run_nbgrader
 from nbclient import NotebookClient
 
 from mlbook.posttrain.roofline import Shape, measure_machine
-from mlbook.posttrain.systems import calibrate_latency, format_sweep, predicted_split, sweep_time_split
+from mlbook.posttrain.systems import (
+    calibrate_latency,
+    format_sweep,
+    predicted_split,
+    sweep_time_split,
+)
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models, good_count_reward, sample
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,7 +58,10 @@ def execute(path: pathlib.Path) -> tuple[float, float]:
             in_42 = "### 4.2" in cell.source
         if in_42 and cell.cell_type == "code" and "execution" in cell.metadata:
             ex = cell.metadata["execution"]
-            start, end = (datetime.fromisoformat(ex[k]) for k in ("iopub.execute_input", "shell.execute_reply"))
+            start, end = (
+                datetime.fromisoformat(ex[k])
+                for k in ("iopub.execute_input", "shell.execute_reply")
+            )
             section += (end - start).total_seconds()
     return total, section
 
@@ -74,7 +82,10 @@ def _class_of_16(course: pathlib.Path) -> None:
     wrong = sorted(cat.WRONG)
     correct = sorted(cat.CORRECT)
     for i in range(16):
-        nb = nbformat.read(solved if i % 4 != 1 else course / "release" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+        nb = nbformat.read(
+            solved if i % 4 != 1 else course / "release" / "rlhf_ppo" / "rlhf_ppo.ipynb",
+            as_version=4,
+        )
         answers = {}
         if i % 4 == 2:
             answers = {cat.WRONG[w][1]: cat.WRONG[w][2] for w in wrong[i::7][:2]}
@@ -121,7 +132,9 @@ def grading_rows(repeats: int) -> list:
         t_theirs = time.perf_counter() - t0
     rows.append((f"class of 16: mlbook grade-class ({os.cpu_count()} workers)", [t_ours]))
     rows.append(("class of 16: sequential nbgrader autograde", [t_theirs]))
-    rows.append((f"class of 16: speed-up {t_theirs / t_ours:.2f}x (target >= 1.8x)", [t_theirs / t_ours]))
+    rows.append(
+        (f"class of 16: speed-up {t_theirs / t_ours:.2f}x (target >= 1.8x)", [t_theirs / t_ours])
+    )
     return rows
 
 
@@ -152,25 +165,40 @@ def systems_lines(repeats: int) -> None:
     update = partial(ppo_update, beta=0.3, cfg=PPOConfig(ppo_epochs=EPOCHS))
     step_fns = dict(rollout=collect_rollouts, reward_fn=good_count_reward, update=update)
     shape = Shape(cfg.n_layers, cfg.d_model, cfg.vocab_size)
-    latency = calibrate_latency(policy, ref, critic, prompts[:1], shape, machine, EPOCHS, repeats=repeats, **step_fns)
+    latency = calibrate_latency(
+        policy, ref, critic, prompts[:1], shape, machine, EPOCHS, repeats=repeats, **step_fns
+    )
     for name, lat in latency.items():
         print(f"latency ({name}): {lat}")
-    rows = sweep_time_split(policy, ref, critic, prompts, SWEEP_LENGTHS, repeats=repeats, **step_fns)
+    rows = sweep_time_split(
+        policy, ref, critic, prompts, SWEEP_LENGTHS, repeats=repeats, **step_fns
+    )
     big = build_models(seed=0, batch=max(SWEEP_BATCHES), cfg=cfg).prompts
     for b in SWEEP_BATCHES:  # and the batch size, at 64 new tokens
         if b != SWEEP_BATCH:
-            rows += sweep_time_split(policy, ref, critic, big[:b], (64,), repeats=repeats, **step_fns)
+            rows += sweep_time_split(
+                policy, ref, critic, big[:b], (64,), repeats=repeats, **step_fns
+            )
     predicted = [predicted_split(r, shape, machine, EPOCHS, latency) for r in rows]
     print(format_sweep(rows, predicted))
-    ratios = [(p["fractions"]["generation"] / r["fractions"]["generation"], r) for r, p in zip(rows, predicted, strict=True)]
-    worse = [f"{r['new_tokens']} tokens {r['sampler']} ({q:.2f})" for q, r in ratios if not 0.5 <= q <= 2]
+    ratios = [
+        (p["fractions"]["generation"] / r["fractions"]["generation"], r)
+        for r, p in zip(rows, predicted, strict=True)
+    ]
+    worse = [
+        f"{r['new_tokens']} tokens {r['sampler']} ({q:.2f})" for q, r in ratios if not 0.5 <= q <= 2
+    ]
     lo, hi = min(q for q, _ in ratios), max(q for q, _ in ratios)
     verdict = "PASS" if not worse else "FAIL, worse than 2x at: " + ", ".join(worse)
-    print(f"roofline / measured generation share over the sweep: {lo:.2f} to {hi:.2f} (target within 2x): {verdict}")
+    print(
+        f"roofline / measured generation share over the sweep: {lo:.2f} to {hi:.2f} (target within 2x): {verdict}"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=("chapter", "systems", "grading"), default=None)
     args = ap.parse_args()
@@ -179,7 +207,9 @@ def main() -> None:
     rows = chapter_lines(args.repeats) if args.only in (None, "chapter") else []
     rows += grading_rows(args.repeats) if args.only in (None, "grading") else []
     for label, times in rows:
-        print(f"{label:55s} median {statistics.median(times):6.1f}   runs {', '.join(f'{t:.1f}' for t in times)}")
+        print(
+            f"{label:55s} median {statistics.median(times):6.1f}   runs {', '.join(f'{t:.1f}' for t in times)}"
+        )
 
 
 if __name__ == "__main__":

@@ -100,16 +100,35 @@ _KL_TEMPLATE = (
 )
 
 
-def _kl(error="min(max(kl / self.target - 1, -0.2), 0.2)", assign="self.beta = self.beta * (1 + e * n_steps / self.horizon)"):
+def _kl(
+    error="min(max(kl / self.target - 1, -0.2), 0.2)",
+    assign="self.beta = self.beta * (1 + e * n_steps / self.horizon)",
+):
     return _KL_TEMPLATE.format(error=error, assign=assign)
 
 
 WRONG = {
     # shaped rewards
-    "kl_sign_flipped": (SHAPED, "shaped_rewards", _shaped(kl="kl = beta * (logp_policy - logp_ref) * response_mask")),
-    "kl_not_masked": (SHAPED, "shaped_rewards", _shaped(kl="kl = -beta * (logp_policy - logp_ref)")),
-    "score_on_first_response_token": (SHAPED, "shaped_rewards", _shaped(pos="response_mask.argmax(dim=1)")),
-    "score_one_past_the_end": (SHAPED, "shaped_rewards", _shaped(pos="(last + 1).clamp(max=response_mask.shape[1] - 1)")),
+    "kl_sign_flipped": (
+        SHAPED,
+        "shaped_rewards",
+        _shaped(kl="kl = beta * (logp_policy - logp_ref) * response_mask"),
+    ),
+    "kl_not_masked": (
+        SHAPED,
+        "shaped_rewards",
+        _shaped(kl="kl = -beta * (logp_policy - logp_ref)"),
+    ),
+    "score_on_first_response_token": (
+        SHAPED,
+        "shaped_rewards",
+        _shaped(pos="response_mask.argmax(dim=1)"),
+    ),
+    "score_one_past_the_end": (
+        SHAPED,
+        "shaped_rewards",
+        _shaped(pos="(last + 1).clamp(max=response_mask.shape[1] - 1)"),
+    ),
     "score_on_every_response_token": (
         SHAPED,
         "shaped_rewards",
@@ -148,18 +167,24 @@ WRONG = {
     "clip_applied_to_advantage": (
         CLIP,
         "ppo_clip_loss",
-        _clip(per_token="-torch.min(ratio * advantages, ratio * advantages.clamp(1 - clip_eps, 1 + clip_eps))"),
+        _clip(
+            per_token="-torch.min(ratio * advantages, ratio * advantages.clamp(1 - clip_eps, 1 + clip_eps))"
+        ),
     ),
     "clip_unmasked_mean": (CLIP, "ppo_clip_loss", _clip(reduce="per_token.mean()")),
     "clip_optimistic_max": (
         CLIP,
         "ppo_clip_loss",
-        _clip(per_token="-torch.max(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)"),
+        _clip(
+            per_token="-torch.max(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)"
+        ),
     ),
     "clip_sign_flipped": (
         CLIP,
         "ppo_clip_loss",
-        _clip(per_token="torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)"),
+        _clip(
+            per_token="torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)"
+        ),
     ),
     "clip_ratio_not_exponentiated": (CLIP, "ppo_clip_loss", _clip(ratio="1 + logp_new - logp_old")),
     "clip_loss_detached": (
@@ -185,20 +210,40 @@ WRONG = {
         _clip(reduce="((per_token * response_mask).sum(1) / response_mask.sum(1)).mean()"),
     ),
     # value loss
-    "value_clip_around_returns": (VALUE, "value_loss", _value(v_clip="returns + (values - returns).clamp(-clip_eps, clip_eps)")),
+    "value_clip_around_returns": (
+        VALUE,
+        "value_loss",
+        _value(v_clip="returns + (values - returns).clamp(-clip_eps, clip_eps)"),
+    ),
     "value_min_instead_of_max": (
         VALUE,
         "value_loss",
         _value(per_token="0.5 * torch.min((values - returns) ** 2, (v_clip - returns) ** 2)"),
     ),
-    "value_missing_half": (VALUE, "value_loss", _value(per_token="torch.max((values - returns) ** 2, (v_clip - returns) ** 2)")),
+    "value_missing_half": (
+        VALUE,
+        "value_loss",
+        _value(per_token="torch.max((values - returns) ** 2, (v_clip - returns) ** 2)"),
+    ),
     "value_unmasked_mean": (VALUE, "value_loss", _value(reduce="per_token.mean()")),
-    "value_clip_width_hard_coded": (VALUE, "value_loss", _value(v_clip="old_values + (values - old_values).clamp(-0.2, 0.2)")),
+    "value_clip_width_hard_coded": (
+        VALUE,
+        "value_loss",
+        _value(v_clip="old_values + (values - old_values).clamp(-0.2, 0.2)"),
+    ),
     "value_no_clip": (VALUE, "value_loss", _value(per_token="0.5 * (values - returns) ** 2")),
     # KL controller
     "controller_without_clip": (KL, "AdaptiveKLController", _kl(error="kl / self.target - 1")),
-    "controller_additive": (KL, "AdaptiveKLController", _kl(assign="self.beta = self.beta + e * n_steps / self.horizon")),
-    "controller_ignores_n_steps": (KL, "AdaptiveKLController", _kl(assign="self.beta = self.beta * (1 + e / self.horizon)")),
+    "controller_additive": (
+        KL,
+        "AdaptiveKLController",
+        _kl(assign="self.beta = self.beta + e * n_steps / self.horizon"),
+    ),
+    "controller_ignores_n_steps": (
+        KL,
+        "AdaptiveKLController",
+        _kl(assign="self.beta = self.beta * (1 + e / self.horizon)"),
+    ),
     "controller_sign_flipped": (
         KL,
         "AdaptiveKLController",

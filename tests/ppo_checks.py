@@ -30,16 +30,24 @@ def _as_f64(x, what):
     try:
         return torch.as_tensor(x, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise AssertionError(f"{what} should be a tensor (or a number), got {type(x).__name__}") from err
+        raise AssertionError(
+            f"{what} should be a tensor (or a number), got {type(x).__name__}"
+        ) from err
 
 
 def _close(actual, expected, what, message, atol=1e-5, rtol=1e-4):
     actual = _as_f64(actual, what)
     expected = expected.to(torch.float64)
-    _expect(actual.shape == expected.shape, f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    _expect(
+        actual.shape == expected.shape,
+        f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}",
+    )
     _expect(torch.isfinite(actual).all(), f"{what} contains NaN or inf")
     gap = (actual - expected).abs()
-    _expect((gap <= atol + rtol * expected.abs()).all(), f"{message} (largest error {float(gap.max()):.3g})")
+    _expect(
+        (gap <= atol + rtol * expected.abs()).all(),
+        f"{message} (largest error {float(gap.max()):.3g})",
+    )
 
 
 # A batch whose rows start and end their responses in different columns (per-token layout, (B, T-1)):
@@ -82,9 +90,14 @@ def check_shaped_rewards(shaped_rewards, last_response_index, seed=0):
     """test_shaped_rewards_places_score_and_kl: KL fee on every response token, score on the last one."""
     for dtype in (torch.float32, torch.float64):
         mask, rand = _batch(dtype, seed=4 * seed)
-        got = _as_f64(_call_quiet(last_response_index, mask.clone()), "last_response_index(mask)").flatten()
+        got = _as_f64(
+            _call_quiet(last_response_index, mask.clone()), "last_response_index(mask)"
+        ).flatten()
         want = torch.tensor(_last_index_loop(mask), dtype=torch.float64)
-        _expect(got.shape == want.shape, f"last_response_index must return one index per row, got shape {tuple(got.shape)}")
+        _expect(
+            got.shape == want.shape,
+            f"last_response_index must return one index per row, got shape {tuple(got.shape)}",
+        )
         _expect(
             torch.equal(got, want),
             f"last_response_index must give the column of the last 1 in each row: expected {want.long().tolist()}, "
@@ -95,9 +108,14 @@ def check_shaped_rewards(shaped_rewards, last_response_index, seed=0):
         logp_pi = torch.tensor([[-3.0, -2.5, -1.0, -0.5, -2.0, -0.1, -4.0, -4.0]], dtype=dtype)
         logp_ref = torch.tensor([[-1.0, -2.0, -1.2, -0.5, -1.0, -0.1, -0.3, -0.2]], dtype=dtype)
         ex_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0]], dtype=dtype)
-        r = _call_quiet(shaped_rewards, torch.tensor([1.5], dtype=dtype), logp_pi, logp_ref, ex_mask, 0.1)
+        r = _call_quiet(
+            shaped_rewards, torch.tensor([1.5], dtype=dtype), logp_pi, logp_ref, ex_mask, 0.1
+        )
         r = _as_f64(r, "shaped_rewards(...)")
-        _expect(r.shape == ex_mask.shape, f"shaped_rewards must return a (B, T-1) tensor like the mask, got {tuple(r.shape)}")
+        _expect(
+            r.shape == ex_mask.shape,
+            f"shaped_rewards must return a (B, T-1) tensor like the mask, got {tuple(r.shape)}",
+        )
         _expect(
             abs(float(r[0, 5]) - 1.5) < 1e-5,
             f"the sequence score must land on the last response token (R_4 = 1.5), got {float(r[0, 5]):.4f} there",
@@ -138,11 +156,18 @@ def check_shaped_rewards(shaped_rewards, last_response_index, seed=0):
             "shaped rewards differ from -beta*(logp_policy - logp_ref) on response tokens "
             "plus the score on the last response token (check the KL sign, the mask and where the score lands)",
         )
-        same = _as_f64(_call_quiet(shaped_rewards, scores, lp, lp.clone(), mask, beta), "shaped_rewards(...)")
+        same = _as_f64(
+            _call_quiet(shaped_rewards, scores, lp, lp.clone(), mask, beta), "shaped_rewards(...)"
+        )
         want_same = torch.zeros(mask.shape, dtype=torch.float64)
         for b in range(mask.shape[0]):
             want_same[b, last[b]] = float(scores[b])
-        _close(same, want_same, "shaped_rewards(...)", "where policy and reference agree the KL term must be exactly zero")
+        _close(
+            same,
+            want_same,
+            "shaped_rewards(...)",
+            "where policy and reference agree the KL term must be exactly zero",
+        )
 
 
 def _brute_gae(rewards, values, mask, gamma, lam):
@@ -164,18 +189,26 @@ def check_gae(gae, seed=0):
     """test_gae_matches_brute_force_and_mc_return: the recursion equals the explicit sum; lambda = 1 gives MC returns."""
     for dtype in (torch.float32, torch.float64):
         mask, rand = _batch(dtype, seed=4 * seed + 1)
-        rewards = rand(2.0, -1.0) * mask  # rewards are zero off the response (as shaped_rewards makes them)
+        rewards = (
+            rand(2.0, -1.0) * mask
+        )  # rewards are zero off the response (as shaped_rewards makes them)
         values = rand(4.0, -2.0)  # the critic predicts a value at every position, padding included
         m = mask.to(torch.float64)
         for gamma, lam in ((1.0, 0.95), (0.9, 0.8), (1.0, 1.0), (0.95, 0.0)):
             args = [rewards.clone(), values.clone(), mask.clone()]
             out = _call_quiet(gae, *args, gamma=gamma, lam=lam)
-            _expect(isinstance(out, tuple | list) and len(out) == 2, "gae must return a pair (advantages, returns)")
+            _expect(
+                isinstance(out, tuple | list) and len(out) == 2,
+                "gae must return a pair (advantages, returns)",
+            )
             adv, ret = (_as_f64(x, f"gae(...)[{i}]") for i, x in enumerate(out))
             for t, original in zip(args, (rewards, values, mask), strict=True):
                 _expect(torch.equal(t, original), "gae must not modify its inputs in place")
             want = _brute_gae(rewards, values, mask, gamma, lam)
-            _expect(adv.shape == mask.shape, f"advantages must be (B, T-1) like the mask, got {tuple(adv.shape)}")
+            _expect(
+                adv.shape == mask.shape,
+                f"advantages must be (B, T-1) like the mask, got {tuple(adv.shape)}",
+            )
             hint = "check that V(s_{T+1}) = 0 after the last response token (padding values must not leak in)"
             if lam != 1.0:
                 hint += f" and that lambda={lam} multiplies the carried advantage"
@@ -235,14 +268,26 @@ def check_ppo_clip_loss(ppo_clip_loss, seed=0):
         # 1) At logp_new == logp_old: loss = -mean(A) over response tokens, gradient = vanilla policy gradient.
         logp_new = logp_old.clone().requires_grad_(True)
         out = _call_quiet(ppo_clip_loss, logp_new, logp_old, adv, mask, eps)
-        _expect(isinstance(out, tuple | list) and len(out) == 2, "ppo_clip_loss must return (loss, clip_frac)")
+        _expect(
+            isinstance(out, tuple | list) and len(out) == 2,
+            "ppo_clip_loss must return (loss, clip_frac)",
+        )
         loss, clip_frac = out
         _expect(
-            isinstance(loss, torch.Tensor) and loss.requires_grad, "the loss must be a tensor that carries gradient to logp_new"
+            isinstance(loss, torch.Tensor) and loss.requires_grad,
+            "the loss must be a tensor that carries gradient to logp_new",
         )
-        _expect(loss.numel() == 1, f"the loss must be a scalar (a mean over response tokens), got shape {tuple(loss.shape)}")
+        _expect(
+            loss.numel() == 1,
+            f"the loss must be a scalar (a mean over response tokens), got shape {tuple(loss.shape)}",
+        )
         want = -float((adv.to(torch.float64) * m).sum()) / n
-        _close(loss.reshape(()), torch.tensor(want), "loss", "at ratio 1 the loss must be -mean(A) over response tokens only")
+        _close(
+            loss.reshape(()),
+            torch.tensor(want),
+            "loss",
+            "at ratio 1 the loss must be -mean(A) over response tokens only",
+        )
         (grad,) = torch.autograd.grad(loss.sum(), logp_new)
         _close(
             grad,
@@ -250,7 +295,9 @@ def check_ppo_clip_loss(ppo_clip_loss, seed=0):
             "d loss / d logp_new",
             "at ratio 1 the gradient must equal the vanilla policy gradient -A_t / N on response tokens (0 elsewhere)",
         )
-        _close(clip_frac, torch.tensor(0.0), "clip_frac", "no token is clipped when every ratio is 1")
+        _close(
+            clip_frac, torch.tensor(0.0), "clip_frac", "no token is clipped when every ratio is 1"
+        )
 
         # 2) Random ratios: value against a per-token loop; padding holds wild values that must not count.
         logp_new = (logp_old + rand(1.0, -0.5)).requires_grad_(True)
@@ -275,7 +322,9 @@ def check_ppo_clip_loss(ppo_clip_loss, seed=0):
         ]
         a = torch.tensor([[c[0] for c in cases] + [5.0]], dtype=dtype)
         old = torch.full_like(a, -1.0)
-        new = (old + torch.log(torch.tensor([[c[1] for c in cases] + [3.0]], dtype=dtype))).requires_grad_(True)
+        new = (
+            old + torch.log(torch.tensor([[c[1] for c in cases] + [3.0]], dtype=dtype))
+        ).requires_grad_(True)
         mk = torch.tensor([[1] * len(cases) + [0]], dtype=dtype)  # a padding token with a big ratio
         loss, clip_frac = _call_quiet(ppo_clip_loss, new, old, a, mk, eps)
         (grad,) = torch.autograd.grad(loss.sum(), new)
@@ -326,7 +375,9 @@ def check_value_loss(value_loss, seed=0):
         for eps in (0.2, 0.5):
             mask, rand = _batch(dtype, seed=4 * seed + 3)
             old = rand(2.0, -1.0)
-            values = (old + rand(2.0, -1.0)).requires_grad_(True)  # many new values leave the clip range
+            values = (old + rand(2.0, -1.0)).requires_grad_(
+                True
+            )  # many new values leave the clip range
             returns = rand(4.0, -2.0)
             loss = (
                 _call_quiet(value_loss, values, old, returns, mask, eps)
@@ -334,7 +385,8 @@ def check_value_loss(value_loss, seed=0):
                 else _call_quiet(value_loss, values, old, returns, mask)
             )
             _expect(
-                isinstance(loss, torch.Tensor) and loss.requires_grad, "value_loss must return a tensor that carries gradient"
+                isinstance(loss, torch.Tensor) and loss.requires_grad,
+                "value_loss must return a tensor that carries gradient",
             )
             total, grads, n = 0.0, torch.zeros(mask.shape, dtype=torch.float64), float(mask.sum())
             for b in range(mask.shape[0]):
@@ -355,7 +407,12 @@ def check_value_loss(value_loss, seed=0):
                 "averaged over response tokens; the clip is around the old values, not the returns",
             )
             (grad,) = torch.autograd.grad(loss.sum(), values)
-            _close(grad, grads, "d value_loss / d values", "the gradient must vanish where the clipped error is the larger one")
+            _close(
+                grad,
+                grads,
+                "d value_loss / d values",
+                "the gradient must vanish where the clipped error is the larger one",
+            )
 
 
 def check_kl_controller(AdaptiveKLController, seed=0):
@@ -366,7 +423,9 @@ def check_kl_controller(AdaptiveKLController, seed=0):
     def fresh(beta=beta0, target=6.0, horizon=10):
         return _call_quiet(AdaptiveKLController, beta, target, horizon)
 
-    factors = [1.0, 1.1, 0.9, 2.0, 10.0, 0.0] + [round(2 * float(torch.rand((), generator=g)), 3) for _ in range(2)]
+    factors = [1.0, 1.1, 0.9, 2.0, 10.0, 0.0] + [
+        round(2 * float(torch.rand((), generator=g)), 3) for _ in range(2)
+    ]
     for factor in factors:
         kl = 6.0 * factor
         want = beta0 * (1 + min(max(factor - 1, -0.2), 0.2) / 10)
@@ -405,9 +464,15 @@ def check_kl_controller(AdaptiveKLController, seed=0):
                 abs(new / beta - 1) <= 0.2 / 5 + 1e-9,
                 f"one update changed beta by {100 * (new / beta - 1):.1f} %: the error must be clipped to +-0.2",
             )
-            _expect((new - beta) * (kl - 6.0) >= 0, "beta must rise when the KL is above target and fall when it is below")
+            _expect(
+                (new - beta) * (kl - 6.0) >= 0,
+                "beta must rise when the KL is above target and fall when it is below",
+            )
             beta = new
-        _expect(gaps[-1] < 0.01 and gaps[-1] < gaps[0], f"starting from beta={beta0} the KL should converge to the target")
+        _expect(
+            gaps[-1] < 0.01 and gaps[-1] < gaps[0],
+            f"starting from beta={beta0} the KL should converge to the target",
+        )
 
 
 TRAIN_SEEDS = 20  # the seeds the slow sweep (tests/test_slow.py) shows the reference passes on
@@ -417,20 +482,34 @@ def check_train_ppo(train_ppo, PPOConfig, seed=0):
     """test_train_ppo_increases_reward_with_bounded_kl: the whole loop on the toy LM, reward = number of 'good' tokens."""
     from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
 
-    policy, ref, critic, prompts, g = build_models(seed % TRAIN_SEEDS)  # ref: near-uniform next-token distribution
+    policy, ref, critic, prompts, g = build_models(
+        seed % TRAIN_SEEDS
+    )  # ref: near-uniform next-token distribution
     cfg = PPOConfig(steps=30, max_new_tokens=8, beta=0.5, kl_target=None, lr=2e-3, ppo_epochs=2)
-    history = _call_quiet(train_ppo, policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=g)
+    history = _call_quiet(
+        train_ppo, policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=g
+    )
     rewards = [float(h.reward) for h in history]
     kls = [float(h.kl) for h in history]
-    _expect(len(rewards) == 30 and all(map(math.isfinite, rewards + kls)), "train_ppo must return 30 finite PPOStats entries")
+    _expect(
+        len(rewards) == 30 and all(map(math.isfinite, rewards + kls)),
+        "train_ppo must return 30 finite PPOStats entries",
+    )
     start, end = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
     # With beta = 0.5 the correct loop gains ~1.6-2.1 'good' tokens and peaks at KL ~3-4.5 nats (20 seeds);
     # a flipped KL sign (the penalty paying for divergence) runs away to KL > 15.
-    _expect(end > start + 0.8, f"mean reward should rise by more than 0.8 'good' tokens over 30 steps: {start:.2f} -> {end:.2f}")
     _expect(
-        max(kls) < 8.0, f"with beta = 0.5 the KL to the reference should stay below 8 nats per sequence, reached {max(kls):.2f}"
+        end > start + 0.8,
+        f"mean reward should rise by more than 0.8 'good' tokens over 30 steps: {start:.2f} -> {end:.2f}",
     )
-    _expect(min(kls) > -0.5, f"the per-sequence KL estimate went clearly negative ({min(kls):.2f}): check the KL sign")
+    _expect(
+        max(kls) < 8.0,
+        f"with beta = 0.5 the KL to the reference should stay below 8 nats per sequence, reached {max(kls):.2f}",
+    )
+    _expect(
+        min(kls) > -0.5,
+        f"the per-sequence KL estimate went clearly negative ({min(kls):.2f}): check the KL sign",
+    )
     return history
 
 
@@ -459,7 +538,10 @@ def check_ex4_ptx_loss(make_ptx_loss, seed=0):
         torch.manual_seed(3 * seed + k)
         model = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
         got = _call_quiet(_call_quiet(make_ptx_loss, demos, coef), model)
-        _expect(isinstance(got, torch.Tensor) and got.numel() == 1, "extra_loss(policy) must return a scalar tensor")
+        _expect(
+            isinstance(got, torch.Tensor) and got.numel() == 1,
+            "extra_loss(policy) must return a scalar tensor",
+        )
         want = _ex4_expected(model, demos, coef)
         _close(
             got.detach().reshape(()),
@@ -469,15 +551,30 @@ def check_ex4_ptx_loss(make_ptx_loss, seed=0):
             "(labels shifted by one, -100 positions ignored)",
             atol=1e-6,
         )
-        _expect(got.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)")
+        _expect(
+            got.requires_grad,
+            "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)",
+        )
         (g_got,) = torch.autograd.grad(got, model.lm_head.weight)
         (g_want,) = torch.autograd.grad(want, model.lm_head.weight)
-        _close(g_got, g_want, "its gradient", "the ptx term has the wrong gradient", atol=1e-6, rtol=1e-3)
+        _close(
+            g_got,
+            g_want,
+            "its gradient",
+            "the ptx term has the wrong gradient",
+            atol=1e-6,
+            rtol=1e-3,
+        )
     torch.manual_seed(3 * seed + 3)
     a, b = TinyCausalLM(ToyLMConfig(init_std=0.3)), TinyCausalLM(ToyLMConfig(init_std=0.3))
     fn = _call_quiet(make_ptx_loss, demos, 1.0)
-    va, vb = float(_as_f64(_call_quiet(fn, a), "extra_loss(a)")), float(_as_f64(_call_quiet(fn, b), "extra_loss(b)"))
-    _expect(not math.isclose(va, vb, rel_tol=1e-6), "extra_loss must evaluate the policy passed to it")
+    va, vb = (
+        float(_as_f64(_call_quiet(fn, a), "extra_loss(a)")),
+        float(_as_f64(_call_quiet(fn, b), "extra_loss(b)")),
+    )
+    _expect(
+        not math.isclose(va, vb, rel_tol=1e-6), "extra_loss must evaluate the policy passed to it"
+    )
 
 
 def check_ex5_importance_ratios(importance_ratios, seed=0):
@@ -485,16 +582,25 @@ def check_ex5_importance_ratios(importance_ratios, seed=0):
     from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
 
     torch.manual_seed(seed)
-    sampler, policy = TinyCausalLM(ToyLMConfig(init_std=0.3)), TinyCausalLM(ToyLMConfig(init_std=0.3))
+    sampler, policy = (
+        TinyCausalLM(ToyLMConfig(init_std=0.3)),
+        TinyCausalLM(ToyLMConfig(init_std=0.3)),
+    )
     policy.load_state_dict(sampler.state_dict())
     with torch.no_grad():
         for p in policy.parameters():
-            p.add_(0.05 * torch.randn_like(p))  # the policy has moved on since the sampler's weights
+            p.add_(
+                0.05 * torch.randn_like(p)
+            )  # the policy has moved on since the sampler's weights
     gen = torch.Generator().manual_seed(seed)
     tokens, full_mask, _ = sample(sampler, make_prompts(16, gen), 6, END_ID, generator=gen)
     mask = full_mask[:, 1:]  # (B, T-1)
-    got = _as_f64(_call_quiet(importance_ratios, policy, sampler, tokens, mask), "importance_ratios(...)")
-    _expect(got.shape == mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(got.shape)}")
+    got = _as_f64(
+        _call_quiet(importance_ratios, policy, sampler, tokens, mask), "importance_ratios(...)"
+    )
+    _expect(
+        got.shape == mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(got.shape)}"
+    )
     with torch.no_grad():
         lp_pol = torch.log_softmax(policy(tokens).double(), dim=-1)
         lp_smp = torch.log_softmax(sampler(tokens).double(), dim=-1)

@@ -25,21 +25,30 @@ from mlbook_tools.grading import read_scores, run_nbgrader
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NB = "rlhf_ppo"
-TOKEN = "zq7xk" + "TOKEN" + "93b"  # never written literally into a submission's output by the graders
+TOKEN = (
+    "zq7xk" + "TOKEN" + "93b"
+)  # never written literally into a submission's output by the graders
 POINTS = {adv.SHAPED: 2, adv.GAE: 2, adv.CLIP: 2, adv.VALUE: 1, adv.KL: 1, adv.TRAIN: 2}
 LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0}
 
-pytestmark = pytest.mark.skipif(sandbox.check_available() is not None, reason="bubblewrap cannot start here")
+pytestmark = pytest.mark.skipif(
+    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+)
 
 
 def _fill(text: str, course: pathlib.Path) -> str:
-    return text.replace("{COURSE}", str(course)).replace("{REPO}", str(ROOT)).replace("{TOKEN}", TOKEN)
+    return (
+        text.replace("{COURSE}", str(course)).replace("{REPO}", str(ROOT)).replace("{TOKEN}", TOKEN)
+    )
 
 
 def build_submission(entry: dict, course: pathlib.Path) -> str:
     if entry.get("raw") is not None:
         return entry["raw"]
-    solved, release = ROOT / "solutions" / "notebooks" / f"{NB}.ipynb", course / "release" / NB / f"{NB}.ipynb"
+    solved, release = (
+        ROOT / "solutions" / "notebooks" / f"{NB}.ipynb",
+        course / "release" / NB / f"{NB}.ipynb",
+    )
     base = solved if entry["base"] == "solved" else release
     nb = nbformat.read(base, as_version=4)
     cells = nb.cells
@@ -110,7 +119,9 @@ def run(tmp_path_factory):
         def flush(self):
             pass
 
-    results = grade_class(course, NB, workers=2, progress=False, out=Out(), limits=LIMITS, budget=120)
+    results = grade_class(
+        course, NB, workers=2, progress=False, out=Out(), limits=LIMITS, budget=120
+    )
     seconds = time.monotonic() - t0
     time.sleep(5)  # longer than the daemon entry waits before it strikes
     return dict(course=course, results=results, before=before, files_before=files_before, seconds=seconds, started=started,
@@ -153,7 +164,11 @@ def test_entry_gets_exactly_what_it_earned(run, name):
     lost = entry.get("lost", [])
     for test, points in POINTS.items():
         want = 0 if test in lost else points
-        assert scores["grades"][test]["score"] == want, (name, test, run["results"][name]["grades"][test]["message"])
+        assert scores["grades"][test]["score"] == want, (
+            name,
+            test,
+            run["results"][name]["grades"][test]["message"],
+        )
 
 
 def test_nobody_elses_data_is_touched(run):
@@ -165,7 +180,9 @@ def test_nobody_elses_data_is_touched(run):
     strays = [p for p in created if not p.relative_to(course).parts[0].startswith(allowed)]
     assert not strays, strays
     assert not list(course.glob("pwned*"))
-    cache = pathlib.Path.home() / ".cache" / "mlbook"  # the old grader's course cache, if any: untouched
+    cache = (
+        pathlib.Path.home() / ".cache" / "mlbook"
+    )  # the old grader's course cache, if any: untouched
     for path in (p for p in cache.rglob("*.py") if p.is_file()):
         assert "Execute.enabled = False" not in path.read_text(errors="replace"), path
 
@@ -201,7 +218,10 @@ def test_nothing_hidden_leaks_into_what_students_see(run):
 def test_problems_are_noted_for_that_student_only(run):
     problems = {name: " ".join(r.get("problems", [])) for name, r in run["results"].items()}
     assert "more than once" in problems["duplicated_graded_cell"]
-    assert "missing" in problems["deleted_answer_cell"] and "missing" in problems["renamed_answer_cell"]
+    assert (
+        "missing" in problems["deleted_answer_cell"]
+        and "missing" in problems["renamed_answer_cell"]
+    )
     assert "not a readable notebook" in problems["malformed_json"]
     assert "was edited" in problems["edited_locked_train_loop"]
     assert "did not finish" in problems["top_level_endless_loop"]
@@ -220,8 +240,18 @@ def test_export_keeps_core_and_extra_apart(run):
 
 
 def test_regrading_is_resumable_and_gives_the_same_scores(run):
-    again = grade_class(run["course"], NB, workers=2, progress=False, out=open(os.devnull, "w"), limits=LIMITS, budget=120)
-    assert {k: v["score"] for k, v in again.items()} == {k: v["score"] for k, v in run["results"].items()}
+    again = grade_class(
+        run["course"],
+        NB,
+        workers=2,
+        progress=False,
+        out=open(os.devnull, "w"),
+        limits=LIMITS,
+        budget=120,
+    )
+    assert {k: v["score"] for k, v in again.items()} == {
+        k: v["score"] for k, v in run["results"].items()
+    }
     assert all("fingerprint" in v for v in again.values())
 
 
@@ -231,5 +261,9 @@ def test_five_gradings_of_one_submission_give_one_score(run):
     seen = set()
     for _ in range(5):  # one after the other: CPython 3.11's ast.parse is not safe across threads
         result, _ = grading.grade_submission(text, source_nb, checks, secret, "correct_but_warns")
-        seen.add(json.dumps({k: (g["score"], g["message"]) for k, g in result["grades"].items()}, sort_keys=True))
+        seen.add(
+            json.dumps(
+                {k: (g["score"], g["message"]) for k, g in result["grades"].items()}, sort_keys=True
+            )
+        )
     assert len(seen) == 1 and json.loads(seen.pop())[adv.TRAIN][0] == 2

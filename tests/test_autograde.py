@@ -75,9 +75,17 @@ def course(tmp_path_factory):
 
 def test_release_has_no_solutions_or_hidden_tests(course):
     release = course / "release" / NB
-    assert sorted(p.name for p in release.iterdir()) == [f"{NB}.ipynb"]  # nothing but the notebook ships
+    assert sorted(p.name for p in release.iterdir()) == [
+        f"{NB}.ipynb"
+    ]  # nothing but the notebook ships
     text = (release / f"{NB}.ipynb").read_text()
-    for leak in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "_brute_gae", "check_gae(", "torch.where(response_mask.bool()"):
+    for leak in (
+        "BEGIN SOLUTION",
+        "BEGIN HIDDEN TESTS",
+        "_brute_gae",
+        "check_gae(",
+        "torch.where(response_mask.bool()",
+    ):
         assert leak not in text
 
 
@@ -85,13 +93,18 @@ def test_release_matches_the_committed_student_notebook(course):
     def cells(path):
         return [(c.cell_type, c.source) for c in nbformat.read(path, as_version=4).cells]
 
-    assert cells(course / "release" / NB / f"{NB}.ipynb") == cells(ROOT / "chapters" / f"{NB}.ipynb")
+    assert cells(course / "release" / NB / f"{NB}.ipynb") == cells(
+        ROOT / "chapters" / f"{NB}.ipynb"
+    )
 
 
 def test_solved_notebook_gets_full_points(course):
     scores = read_scores(course / "gradebook.db", NB, "alice")
     for name in SIX:
-        assert scores["grades"][name]["score"] == scores["grades"][name]["max_score"] > 0, (name, scores["grades"][name])
+        assert scores["grades"][name]["score"] == scores["grades"][name]["max_score"] > 0, (
+            name,
+            scores["grades"][name],
+        )
     assert scores["score"] == scores["max_score"]
 
 
@@ -103,7 +116,9 @@ def test_release_gets_zero_on_every_hidden_test(course):
 
 def test_correct_variants_get_full_points(course):
     scores = read_scores(course / "gradebook.db", NB, "erin")
-    assert {n: scores["grades"][n]["score"] for n in SIX} == {n: scores["grades"][n]["max_score"] for n in SIX}
+    assert {n: scores["grades"][n]["score"] for n in SIX} == {
+        n: scores["grades"][n]["max_score"] for n in SIX
+    }
 
 
 def test_mistakes_lose_points_on_their_tests_only(course):
@@ -115,16 +130,28 @@ def test_mistakes_lose_points_on_their_tests_only(course):
 
 
 def test_dead_process_costs_only_the_tests_that_need_it(course):
-    scores = read_scores(course / "gradebook.db", NB, "carol")  # nbgrader #427: a dead kernel used to pass everything after
+    scores = read_scores(
+        course / "gradebook.db", NB, "carol"
+    )  # nbgrader #427: a dead kernel used to pass everything after
     for name in SIX:
-        lost = name in (cat.GAE, cat.TRAIN)  # the gae cell killed the process: gae and the training loop need it
+        lost = name in (
+            cat.GAE,
+            cat.TRAIN,
+        )  # the gae cell killed the process: gae and the training loop need it
         want = 0 if lost else scores["grades"][name]["max_score"]
         assert scores["grades"][name]["score"] == want, (name, scores["grades"][name])
 
 
 def test_broken_file_does_not_stop_the_class(course):
     graded = {p.parent.parent.name for p in (course / "autograded").glob(f"*/{NB}/{NB}.ipynb")}
-    assert {"alice", "bob", "carol", "dave", "erin", "frank"} <= graded  # dave's notebook explains why it got 0
+    assert {
+        "alice",
+        "bob",
+        "carol",
+        "dave",
+        "erin",
+        "frank",
+    } <= graded  # dave's notebook explains why it got 0
 
 
 def test_feedback_and_grades_csv(course):
@@ -147,7 +174,9 @@ def test_feedback_and_grades_csv(course):
     run_nbgrader(["export", "--to", str(course / "grades.csv")], course)
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
     alice = read_scores(course / "gradebook.db", NB, "alice")
-    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == alice["max_score"]  # core only
+    assert (
+        float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == alice["max_score"]
+    )  # core only
     assert float(rows["alice"]["extra_credit"]) == alice["extra_credit"]["score"]
     assert float(rows["bob"]["score"]) == 0 and float(rows["dave"]["score"]) == 0
 

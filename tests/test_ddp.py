@@ -37,12 +37,16 @@ def runs():
 def test_two_ranks_update_equals_one_process_on_whole_batch(cfg, updates):
     exact, _ = updates
     shapes = [r["tokens"] for r in exact["per_rank"]]
-    assert shapes[0][1] < shapes[1][1], f"the ranks should hold different sequence lengths, got {shapes}"
+    assert shapes[0][1] < shapes[1][1], (
+        f"the ranks should hold different sequence lengths, got {shapes}"
+    )
     assert exact["per_rank"][0]["checksum"] == exact["per_rank"][1]["checksum"]
     reference = ddp.reference_update(cfg)
     with ddp.default_dtype(torch.float64):
         policy, _, critic, _, _ = ddp.build_models(SEED)
-    assert (reference - ddp.flat_params(policy, critic)).abs().max() > 1e-4, "the update should move the parameters"
+    assert (reference - ddp.flat_params(policy, critic)).abs().max() > 1e-4, (
+        "the update should move the parameters"
+    )
     diff = (exact["params"] - reference).abs().max()
     assert diff <= 1e-6, f"2 ranks differ from 1 process by {diff:.3e}"
 
@@ -64,4 +68,6 @@ def test_ranks_stay_identical_while_training(runs):
 def test_per_rank_kl_lets_beta_drift_apart(runs):
     r0, r1 = (r["steps"] for r in runs[1]["per_rank"])
     assert r0[-1]["checksum"] == r1[-1]["checksum"], "DDP keeps the parameters equal even so"
-    assert r0[-1]["beta_next"] != r1[-1]["beta_next"], "per-rank KL should give each rank its own beta"
+    assert r0[-1]["beta_next"] != r1[-1]["beta_next"], (
+        "per-rank KL should give each rank its own beta"
+    )

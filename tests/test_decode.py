@@ -9,7 +9,9 @@ def test_pads_inside_a_response_are_shown():
 
 
 def test_left_padding_and_rows_without_end():
-    assert decode(encode("<|pad|> <|bos|> cat good <|pad|>")) == "<|bos|> cat good <|pad|>"  # the last pad was sampled
+    assert (
+        decode(encode("<|pad|> <|bos|> cat good <|pad|>")) == "<|bos|> cat good <|pad|>"
+    )  # the last pad was sampled
 
 
 def test_skip_pad_false_shows_everything():

@@ -29,7 +29,9 @@ USES = {"shaped_rewards": [cat.SHAPED], "last_response_index": [cat.SHAPED], "ga
         "value_loss": [cat.VALUE], "AdaptiveKLController": [cat.KL]}  # fmt: skip
 SYMBOLS = list(USES)
 
-pytestmark = pytest.mark.skipif(sandbox.check_available() is not None, reason="bubblewrap cannot start here")
+pytestmark = pytest.mark.skipif(
+    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+)
 
 
 def _entries():
@@ -51,7 +53,9 @@ def _catalog_cell() -> str:
 
 @pytest.fixture(scope="module")
 def session():
-    source_nb = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    source_nb = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
     solved = (ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb").read_text()
     plan = driver.make_plan(source_nb, solved)
     plan.cells.append(("catalog", _catalog_cell(), False))
@@ -89,7 +93,9 @@ def test_correct_variant_passes_through_the_engine(session, name):
 @pytest.mark.parametrize("name", sorted(cat.WRONG_IN_TRAINING))
 def test_wrong_answer_fails_the_remote_training_loop(session, name):
     _, symbol, _ = cat.WRONG_IN_TRAINING[name]
-    proxies = _proxies(session, "correct_gae_vectorised")  # any entry: all symbols correct except one
+    proxies = _proxies(
+        session, "correct_gae_vectorised"
+    )  # any entry: all symbols correct except one
     proxies[symbol] = driver.Remote(session, f"__cat_train_{name}__{symbol}", name=symbol)
     ref = driver._reference_with(proxies)
     with pytest.raises(AssertionError):
@@ -106,21 +112,29 @@ def test_driver_rejects_malformed_tensors():
     with pytest.raises(AssertionError, match="malformed"):
         driver._decode({"T": 0}, [b"\0" * 8], metas, None)
     with pytest.raises(AssertionError, match="malformed"):
-        driver._decode({"T": 0}, [b"\0" * 16], [{"dtype": "object", "shape": [2, 2], "nbytes": 16}], None)
+        driver._decode(
+            {"T": 0}, [b"\0" * 16], [{"dtype": "object", "shape": [2, 2], "nbytes": 16}], None
+        )
     assert isinstance(driver._decode({"type": "Liar"}, [], [], None), driver.Opaque)
-    t = driver._decode({"T": 0}, [b"\0" * 16], [{"dtype": "float32", "shape": [2, 2], "nbytes": 16}], None)
+    t = driver._decode(
+        {"T": 0}, [b"\0" * 16], [{"dtype": "float32", "shape": [2, 2], "nbytes": 16}], None
+    )
     assert type(t) is __import__("torch").Tensor and t.shape == (2, 2)
 
 
 def test_seeds_differ_per_student_and_test_but_repeat():
     a = driver.check_seed(SECRET, "alice", cat.GAE)
     assert a == driver.check_seed(SECRET, "alice", cat.GAE)
-    assert a != driver.check_seed(SECRET, "bob", cat.GAE) and a != driver.check_seed(SECRET, "alice", cat.CLIP)
+    assert a != driver.check_seed(SECRET, "bob", cat.GAE) and a != driver.check_seed(
+        SECRET, "alice", cat.CLIP
+    )
     assert a != driver.check_seed(b"other course", "alice", cat.GAE)
 
 
 def test_plan_restores_locked_cells_and_notes_damage():
-    source_nb = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    source_nb = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
     nb = json.loads((ROOT / "chapters" / "rlhf_ppo.ipynb").read_text())
     for cell in nb["cells"]:
         if "def train_ppo(" in "".join(cell["source"]):

@@ -35,7 +35,11 @@ NB = "rlhf_ppo.ipynb"
 def _exercise_cells(folder):
     """The cells of §7 (from its heading on) of the generated notebook in ``folder``."""
     cells = nbformat.read(folder / NB, as_version=4).cells
-    start = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "## 7. Exercises" in c.source)
+    start = next(
+        i
+        for i, c in enumerate(cells)
+        if c.cell_type == "markdown" and "## 7. Exercises" in c.source
+    )
     return cells[start:]
 
 
@@ -86,8 +90,12 @@ def test_exercise_cells_in_release_and_solved(solved, release):
     for cell, m in zip(release, meta, strict=True):
         if cell.cell_type != "code":
             continue
-        assert "mlbook_solutions" not in cell.source, f"{m.get('grade_id')}: students must not need mlbook_solutions"
-        assert "### BEGIN" not in cell.source and "check_ex" not in cell.source, "no solution or hidden test ships"
+        assert "mlbook_solutions" not in cell.source, (
+            f"{m.get('grade_id')}: students must not need mlbook_solutions"
+        )
+        assert "### BEGIN" not in cell.source and "check_ex" not in cell.source, (
+            "no solution or hidden test ships"
+        )
         if m.get("solution"):
             assert "NotImplementedError" in cell.source, m["grade_id"]
             compile(cell.source, m["grade_id"], "exec")  # the stub is valid Python
@@ -95,8 +103,14 @@ def test_exercise_cells_in_release_and_solved(solved, release):
             assert m.get("points") == 1
     # Demonstration cells are solution regions from their first line to their last.
     for name in ("ex3_demo", "ex4_demo", "ex5_demo"):
-        body = [line for line in _cell(release, name).splitlines() if line.strip() and not line.startswith("#")]
-        assert body == ['raise NotImplementedError("replace this line with your implementation")'], (name, body)
+        body = [
+            line
+            for line in _cell(release, name).splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+        assert body == [
+            'raise NotImplementedError("replace this line with your implementation")'
+        ], (name, body)
     # The exercise functions are the ones in mlbook_solutions.exercises (one source), hidden checks from ppo_checks.
     for name, fn in (
         ("ex2_reward_to_go", "reward_to_go"),
@@ -114,7 +128,9 @@ def test_exercise_cells_in_release_and_solved(solved, release):
 def test_ex1_numbers():
     r02, r01 = ex.ex1_rewards(0.2), ex.ex1_rewards(0.1)
     assert torch.allclose(r02, torch.tensor([[-0.04, 0.0, 0.2, 1.5]]), atol=1e-6)
-    assert math.isclose(float(r02.sum()), 1.66, abs_tol=1e-6) and math.isclose(float(r01.sum()), 1.58, abs_tol=1e-6)
+    assert math.isclose(float(r02.sum()), 1.66, abs_tol=1e-6) and math.isclose(
+        float(r01.sum()), 1.58, abs_tol=1e-6
+    )
     assert math.isclose(ex.ex1_summed_log_ratio(), -0.8, abs_tol=1e-9)
     for beta in (0.0, 0.05, 0.3):  # the return is 1.5 - beta * (summed log-ratio) = 1.5 + 0.8 beta
         assert math.isclose(float(ex.ex1_rewards(beta).sum()), 1.5 + 0.8 * beta, abs_tol=1e-6)
@@ -137,7 +153,9 @@ def _leaky_gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
     advantages, carry = torch.zeros_like(rewards), torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
         nxt = values[:, t + 1] if t + 1 < rewards.shape[1] else torch.zeros_like(carry)
-        carry = response_mask[:, t] * (rewards[:, t] + gamma * nxt - values[:, t] + gamma * lam * carry)
+        carry = response_mask[:, t] * (
+            rewards[:, t] + gamma * nxt - values[:, t] + gamma * lam * carry
+        )
         advantages[:, t] = carry
     return advantages, (advantages + values) * response_mask
 
@@ -149,7 +167,9 @@ def test_ex2_identity_with_padding():
         to_go = ex.reward_to_go(rewards, mask)
         assert torch.allclose((adv + values) * mask, to_go, atol=1e-10)
         assert torch.allclose(ret, to_go, atol=1e-10)
-        assert not torch.allclose((_leaky_gae(rewards, values, mask, 1.0, 1.0)[0] + values) * mask, to_go, atol=1e-3)
+        assert not torch.allclose(
+            (_leaky_gae(rewards, values, mask, 1.0, 1.0)[0] + values) * mask, to_go, atol=1e-3
+        )
 
 
 def test_ex2_cells(solved):
@@ -179,7 +199,9 @@ def test_ex3_whitening_changes_clip_counts():
     assert len(whitened) == len(raw) == 7
     assert whitened[0] == raw[0] == 0  # on-policy batch: every ratio starts at 1
     assert whitened != raw
-    assert whitened[1] == 24 and raw[1] == 49  # the numbers the model answer quotes (seed 0, first epoch)
+    assert (
+        whitened[1] == 24 and raw[1] == 49
+    )  # the numbers the model answer quotes (seed 0, first epoch)
     assert res["raw_adv_positive"] == 1.0
 
 
@@ -193,7 +215,9 @@ def results():
 
 def _same_torch(results):
     if results["torch"] != torch.__version__:
-        pytest.skip(f"cache made with torch {results['torch']}, running {torch.__version__}: refresh it")
+        pytest.skip(
+            f"cache made with torch {results['torch']}, running {torch.__version__}: refresh it"
+        )
 
 
 def test_cache_fingerprint(results):
@@ -256,13 +280,21 @@ def test_ex4_cache_config(results):
 
 def test_ex4_claims(results):
     final = {k: [r["sft_final"] / r["sft"][0] for r in runs] for k, runs in results["ptx"].items()}
-    for r in results["ptx"]["2.0"]:  # the headline arm: reward rises, SFT loss ends within 10 % on every seed
+    for r in results["ptx"][
+        "2.0"
+    ]:  # the headline arm: reward rises, SFT loss ends within 10 % on every seed
         assert abs(r["sft_final"] / r["sft"][0] - 1) <= 0.10
         assert statistics.fmean(r["reward"][-5:]) > r["reward"][0]
-    assert min(final["0.0"]) > 1.10 and min(final["0.0"]) > max(final["2.0"]) and min(final["0.0"]) > max(final["1.0"])
+    assert (
+        min(final["0.0"]) > 1.10
+        and min(final["0.0"]) > max(final["2.0"])
+        and min(final["0.0"]) > max(final["1.0"])
+    )
     assert statistics.fmean(final["0.0"]) > 3 * statistics.fmean(final["1.0"])
     starts = [r["sft"][0] for runs in results["ptx"].values() for r in runs]
-    assert max(starts) < 1.1 * ex.demonstration_floor()  # PPO starts from a model that fits the demonstrations
+    assert (
+        max(starts) < 1.1 * ex.demonstration_floor()
+    )  # PPO starts from a model that fits the demonstrations
 
 
 def test_ex4_cache_replays(results):
@@ -313,7 +345,9 @@ def test_ex4_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
     captured = TinyCausalLM(ToyLMConfig(init_std=0.3))
     wrong = {
         **PTX_WRONG,
-        "captured model": lambda batch, c: lambda p: c * sft_loss(captured(batch.input_ids), batch.labels),
+        "captured model": lambda batch, c: (
+            lambda p: c * sft_loss(captured(batch.input_ids), batch.labels)
+        ),
     }
     for name, fn in wrong.items():
         with pytest.raises(AssertionError):
@@ -331,11 +365,16 @@ def test_ex4_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
 
 def test_ex5_cache_config_and_claims(results):
     assert results["stale_config"] == {**ex.STALE, "seeds": list(ex.STALE["seeds"])}
-    clip = {k: [statistics.fmean(r["clip_frac"][1:]) for r in runs] for k, runs in results["stale"].items()}
+    clip = {
+        k: [statistics.fmean(r["clip_frac"][1:]) for r in runs]
+        for k, runs in results["stale"].items()
+    }
     assert min(clip["stale"]) > max(clip["on_policy"])  # higher on every seed, not just on average
     assert statistics.fmean(clip["stale"]) > 2 * statistics.fmean(clip["on_policy"])
     for on, st in zip(results["stale"]["on_policy"], results["stale"]["stale"], strict=True):
-        assert on["seed"] == st["seed"] and on["clip_frac"][0] == st["clip_frac"][0]  # step 1 is on-policy in both
+        assert (
+            on["seed"] == st["seed"] and on["clip_frac"][0] == st["clip_frac"][0]
+        )  # step 1 is on-policy in both
 
 
 def test_ex5_cache_replays(results):
@@ -354,13 +393,17 @@ def test_ex5_logp_old_from_current_policy_makes_every_ratio_one():
     on = roll["mask"].bool()
     right = ex.importance_ratios(policy, sampler, roll["tokens"], roll["mask"])
     wrong = ex.importance_ratios(policy, policy, roll["tokens"], roll["mask"])
-    assert torch.equal(wrong[on], torch.ones_like(wrong[on]))  # exactly 1: no importance correction left
+    assert torch.equal(
+        wrong[on], torch.ones_like(wrong[on])
+    )  # exactly 1: no importance correction left
     stats = ex.ratio_stats(right, roll["mask"])
     assert stats["mean_abs_dev"] > 0.05 and stats["clip_frac"] > 0.05
     # The right ratio is the one collect_rollouts(sampler=) sets up: exp(logp_policy - recorded logp_old).
     with torch.no_grad():
         logp_policy = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * roll["mask"]
-    assert torch.allclose(torch.log(right) * roll["mask"], logp_policy - roll["logp_old"], atol=1e-5)
+    assert torch.allclose(
+        torch.log(right) * roll["mask"], logp_policy - roll["logp_old"], atol=1e-5
+    )
     assert not bool(roll["on_policy"])
 
 
@@ -384,7 +427,9 @@ def test_ex5_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
     _run(test_cell, importance_ratios=ex.importance_ratios)
     pol, smp = (lambda p, s: p), (lambda p, s: s)
     masked = _ratios_via(pol, smp)
-    _run(test_cell, importance_ratios=lambda p, s, t, m: masked(p, s, t, m) * m)  # 0 off the response is fine
+    _run(
+        test_cell, importance_ratios=lambda p, s, t, m: masked(p, s, t, m) * m
+    )  # 0 off the response is fine
     assert capfd.readouterr().err == ""
     wrong = {
         "logp_old from the current policy": _ratios_via(pol, pol),
@@ -442,7 +487,10 @@ def test_prose_numbers_match_cache(results, solved):
     for key, index, fmt, quoted in QUOTED:
         assert format(summary[key][index], fmt) == quoted, (key, index, summary[key][index], quoted)
         assert quoted in text, quoted
-    band = {k: sum(abs(v / r["sft"][0] - 1) > 0.10 for r in runs for v in r["sft"]) for k, runs in results["ptx"].items()}
+    band = {
+        k: sum(abs(v / r["sft"][0] - 1) > 0.10 for r in runs for v in r["sft"])
+        for k, runs in results["ptx"].items()
+    }
     assert band["2.0"] == 1 and band["1.0"] == 25
     assert "only 1 of the 150 seed-steps" in text and "25 of the 150 seed-steps" in text
 
@@ -451,10 +499,18 @@ def test_ex5_reward_anomaly_trace_matches_cache(results, solved):
     """Exercise 5's worked answer traces the stale arm's extra reward to the controller: quoted ranges match the cache."""
     text = " ".join("\n".join(c.source for c in solved if c.cell_type == "markdown").split())
     target = ex.CHAPTER_RUN.kl_target
-    for arm, (lo, hi, beta_lo, beta_hi) in {"stale": (10, 13, "0.236", "0.245"), "on_policy": (6, 8, "0.256", "0.266")}.items():
+    for arm, (lo, hi, beta_lo, beta_hi) in {
+        "stale": (10, 13, "0.236", "0.245"),
+        "on_policy": (6, 8, "0.256", "0.266"),
+    }.items():
         runs = results["stale"][arm]
-        under = [sum(k < target for k in r["kl"]) for r in runs]  # steps in which the controller lowered beta
+        under = [
+            sum(k < target for k in r["kl"]) for r in runs
+        ]  # steps in which the controller lowered beta
         low = [min(r["beta"]) for r in runs]
         assert (min(under), max(under)) == (lo, hi), (arm, under)
         assert (f"{min(low):.3f}", f"{max(low):.3f}") == (beta_lo, beta_hi), (arm, low)
-    assert "for 10 to 13 steps instead of 6 to 8" in text and "to 0.236 to 0.245 instead of 0.256 to 0.266" in text
+    assert (
+        "for 10 to 13 steps instead of 6 to 8" in text
+        and "to 0.236 to 0.245 instead of 0.256 to 0.266" in text
+    )

@@ -11,7 +11,9 @@ import pytest
 from mlbook_solutions import ppo_lm
 
 CHECKS = {
-    cat.SHAPED: lambda ns: ppo_checks.check_shaped_rewards(ns["shaped_rewards"], ns["last_response_index"]),
+    cat.SHAPED: lambda ns: ppo_checks.check_shaped_rewards(
+        ns["shaped_rewards"], ns["last_response_index"]
+    ),
     cat.GAE: lambda ns: ppo_checks.check_gae(ns["gae"]),
     cat.CLIP: lambda ns: ppo_checks.check_ppo_clip_loss(ns["ppo_clip_loss"]),
     cat.VALUE: lambda ns: ppo_checks.check_value_loss(ns["value_loss"]),
@@ -61,13 +63,20 @@ def test_wrong_answer_messages_speak_the_chapter():
 @pytest.mark.parametrize("name", sorted(cat.WRONG_IN_TRAINING))
 def test_wrong_answer_fails_end_to_end(name, monkeypatch):
     _, symbol, source = cat.WRONG_IN_TRAINING[name]
-    monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])  # train_ppo now calls the wrong function
+    monkeypatch.setattr(
+        ppo_lm, symbol, namespace_with(source)[symbol]
+    )  # train_ppo now calls the wrong function
     with pytest.raises(AssertionError):
         ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.PPOConfig)
 
 
 def test_correct_variants_train_end_to_end(monkeypatch):
-    for name in ("gae_vectorised", "clip_max_of_negatives_trl_clipfrac", "shaped_rewards_one_hot", "value_where_form"):
+    for name in (
+        "gae_vectorised",
+        "clip_max_of_negatives_trl_clipfrac",
+        "shaped_rewards_one_hot",
+        "value_where_form",
+    ):
         symbol, source = cat.CORRECT[name]
         monkeypatch.setattr(ppo_lm, symbol, namespace_with(source)[symbol])
     ppo_checks.check_train_ppo(ppo_lm.train_ppo, ppo_lm.PPOConfig)

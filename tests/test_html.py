@@ -37,7 +37,9 @@ def exporter() -> HTMLExporter:
     """nbconvert's HTML exporter configured as the Makefile's html target configures it."""
     target = _html_target()
     config = Config()
-    config.TagRemovePreprocessor.remove_cell_tags = set(eval(makefile_html_option()))  # a set literal of tag names
+    config.TagRemovePreprocessor.remove_cell_tags = set(
+        eval(makefile_html_option())
+    )  # a set literal of tag names
     config.TemplateExporter.extra_template_basedirs = [
         str(ROOT / re.search(r"--TemplateExporter\.extra_template_basedirs=(\S+)", target).group(1))
     ]
@@ -63,13 +65,17 @@ def test_every_markdown_table_renders(page):
     _, soup = page
     for cell in soup.select(".jp-MarkdownCell"):
         raw = [line for line in cell.get_text("\n").splitlines() if TABLE_ROW.match(line)]
-        assert not raw, f"a markdown table did not render (escape | inside math or code spans): {raw[0][:120]}"
+        assert not raw, (
+            f"a markdown table did not render (escape | inside math or code spans): {raw[0][:120]}"
+        )
 
 
 def test_tables_are_there(page):
     path, soup = page
     if path.stem == "rlhf_ppo":
-        assert len(soup.select(".jp-MarkdownCell table")) >= 4  # overview, failure modes, methods, production
+        assert (
+            len(soup.select(".jp-MarkdownCell table")) >= 4
+        )  # overview, failure modes, methods, production
 
 
 def test_no_hidden_test_code_in_the_reading_form(page):
@@ -87,8 +93,12 @@ def test_figures_are_shown_with_alt_text():
     """Every figure cell of the chapter sources goes through show(fig, alt=...), never a bare plt.show()."""
     for frag in sorted((ROOT / "solutions" / "chapter").glob("*/[0-9]*.py")):
         text = frag.read_text()
-        assert "plt.show()" not in text, f"{frag.name}: use mlbook.plotting.show(fig, alt=...) so the image has alt text"
-        assert not re.search(r"display\(\w*fig\w*\)", text), f"{frag.name}: display a figure with show(fig, alt=...)"
+        assert "plt.show()" not in text, (
+            f"{frag.name}: use mlbook.plotting.show(fig, alt=...) so the image has alt text"
+        )
+        assert not re.search(r"display\(\w*fig\w*\)", text), (
+            f"{frag.name}: display a figure with show(fig, alt=...)"
+        )
 
 
 def test_show_attaches_alt_text(monkeypatch):
@@ -98,7 +108,9 @@ def test_show_attaches_alt_text(monkeypatch):
     from mlbook import plotting
 
     shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj, metadata=None: shown.append(metadata))
+    monkeypatch.setattr(
+        IPython.display, "display", lambda obj, metadata=None: shown.append(metadata)
+    )
     fig = plt.figure()
     plotting.show(fig, alt="An empty test figure with no axes.")
     assert shown == [{"image/png": {"alt": "An empty test figure with no axes."}}]
@@ -124,9 +136,13 @@ def test_rendered_figures_carry_their_alt_text(caplog):
     plt.close(fig)
     alt = "A rising line, the only figure of this test."
     output = nbformat.v4.new_output(
-        "display_data", data={"image/png": base64.b64encode(buf.getvalue()).decode()}, metadata={"image/png": {"alt": alt}}
+        "display_data",
+        data={"image/png": base64.b64encode(buf.getvalue()).decode()},
+        metadata={"image/png": {"alt": alt}},
     )
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("show(fig, alt=...)", outputs=[output])])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("show(fig, alt=...)", outputs=[output])]
+    )
     html, _ = exporter().from_notebook_node(nb)
     imgs = BeautifulSoup(html, "html.parser").select(".jp-OutputArea-output img")
     assert [img.get("alt") for img in imgs] == [alt]

@@ -23,8 +23,12 @@ def peaked_model(seed: int = 0, **cfg) -> TinyCausalLM:
 
 
 def both(model, prompts, n, seed=0, **kw):
-    naive = sample(model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=False, **kw)
-    cached = sample(model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=True, **kw)
+    naive = sample(
+        model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=False, **kw
+    )
+    cached = sample(
+        model, prompts, n, generator=torch.Generator().manual_seed(seed), use_cache=True, **kw
+    )
     return naive, cached
 
 
@@ -99,7 +103,9 @@ def test_cached_sampler_with_left_padded_prompts():
     naive, cached = both(model, prompts, 10, seed=7)
     assert torch.equal(naive.tokens, cached.tokens)
     assert torch.equal(cached.tokens[:, :P], prompts)
-    assert torch.all(cached.response_mask[:, :P] == 0) and torch.all(cached.response_mask[:, P] == 1)
+    assert torch.all(cached.response_mask[:, :P] == 0) and torch.all(
+        cached.response_mask[:, P] == 1
+    )
     assert (naive.logprobs - cached.logprobs).abs().max() < 1e-5
 
 

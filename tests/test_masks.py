@@ -31,7 +31,9 @@ def test_one_pass_float32_would_fail_at_1e4():
     gen = torch.Generator().manual_seed(0)
     x = (1e4 + torch.randn(4096, generator=gen)).float()
     var32 = (x * x).mean() - x.mean() ** 2
-    assert abs(float(var32) - float(x.double().var(unbiased=False))) > 0.5  # off by order one or more
+    assert (
+        abs(float(var32) - float(x.double().var(unbiased=False))) > 0.5
+    )  # off by order one or more
 
 
 def test_whiten_is_zero_off_the_mask_and_keeps_float64():
@@ -39,4 +41,6 @@ def test_whiten_is_zero_off_the_mask_and_keeps_float64():
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
     out = masked_whiten(x, mask)
     assert out.dtype == torch.float64 and out[0, 3] == 0
-    assert torch.allclose(out[0, :3], torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64) * 1.5**0.5, atol=1e-7)
+    assert torch.allclose(
+        out[0, :3], torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64) * 1.5**0.5, atol=1e-7
+    )

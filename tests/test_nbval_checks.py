@@ -31,7 +31,11 @@ def _checked(cell):
 
 
 def _stored_text(cell):
-    return "".join(o.get("text", "") + "".join(o.get("data", {}).values()) for o in cell.outputs if o.output_type != "error")
+    return "".join(
+        o.get("text", "") + "".join(o.get("data", {}).values())
+        for o in cell.outputs
+        if o.output_type != "error"
+    )
 
 
 def test_checked_cells_hold_their_outputs_and_nothing_else_does():
@@ -41,19 +45,31 @@ def test_checked_cells_hold_their_outputs_and_nothing_else_does():
         assert checked, f"{path.name}: no output-checked cell"
         for c in cells:
             if _checked(c):
-                assert c.execution_count is not None, f"{path.name}:{c.id} is checked but was never recorded"
-                assert NOT_RECORDED not in _stored_text(c), f"{path.name}:{c.id}: run `mlbook build`"
+                assert c.execution_count is not None, (
+                    f"{path.name}:{c.id} is checked but was never recorded"
+                )
+                assert NOT_RECORDED not in _stored_text(c), (
+                    f"{path.name}:{c.id}: run `mlbook build`"
+                )
             else:
-                assert c.execution_count is None and not c.outputs, f"{path.name}:{c.id} stores an unchecked output"
+                assert c.execution_count is None and not c.outputs, (
+                    f"{path.name}:{c.id} stores an unchecked output"
+                )
 
 
 def test_nbgrader_keeps_the_tags_in_the_release():
-    source = nbformat.read(ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4)
+    source = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
     release = {c.id: c for c in nbformat.read(RELEASE, as_version=4).cells}
     tagged = [c for c in source.cells if c.metadata.get("tags")]
-    assert any(RAISES in c.metadata["tags"] for c in tagged) and any(CHECK_OUTPUT in c.metadata["tags"] for c in tagged)
+    assert any(RAISES in c.metadata["tags"] for c in tagged) and any(
+        CHECK_OUTPUT in c.metadata["tags"] for c in tagged
+    )
     for cell in tagged:
-        assert release[cell.id].metadata.get("tags") == cell.metadata["tags"], f"{cell.id}: tags lost in the release"
+        assert release[cell.id].metadata.get("tags") == cell.metadata["tags"], (
+            f"{cell.id}: tags lost in the release"
+        )
 
 
 def _nbval(*targets, cwd):
@@ -68,9 +84,15 @@ def test_nbval_fails_on_a_perturbed_checked_number(tmp_path):
     nb = nbformat.read(ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb", as_version=4)
     cells = _code(nb)
     index = {c.id: i for i, c in enumerate(cells)}  # nbval names code cells "Cell <i>"
-    imports, table, controller = index["00_intro-1"], index["10_intuition-1"], index["50_production-1"]
+    imports, table, controller = (
+        index["00_intro-1"],
+        index["10_intuition-1"],
+        index["50_production-1"],
+    )
     target = cells[table]
-    assert _checked(target) and _checked(controller_cell := cells[controller]), "the cells this test uses are checked"
+    assert _checked(target) and _checked(controller_cell := cells[controller]), (
+        "the cells this test uses are checked"
+    )
     stream = next(o for o in target.outputs if o.output_type == "stream")
     assert "sum R_t = 1.58" in stream.text, stream.text
     stream.text = stream.text.replace("sum R_t = 1.58", "sum R_t = 1.59")
@@ -93,11 +115,18 @@ def _rules():
 def test_every_sanitizer_rule_masked_a_stored_output():
     """No dead rule: each one has masked part of a recorded line (the build stores outputs sanitized)
     and would match that line again with a number in place of each mask; the rest of the line stays."""
-    stored = [_stored_text(c) for path in SOLVED for c in _code(nbformat.read(path, as_version=4)) if _checked(c)]
+    stored = [
+        _stored_text(c)
+        for path in SOLVED
+        for c in _code(nbformat.read(path, as_version=4))
+        if _checked(c)
+    ]
     lines = [line for text in stored for line in text.splitlines()]
     assert _rules()
     for regex, _ in _rules():
-        assert not any(re.search(regex, line) for line in lines), f"{regex!r}: a stored output was not sanitized"
+        assert not any(re.search(regex, line) for line in lines), (
+            f"{regex!r}: a stored output was not sanitized"
+        )
         masked = [line for line in lines if re.search(regex, re.sub(r"<[a-z]+>", "1", line))]
         assert masked, f"sanitizer rule {regex!r} masked no stored output"
         assert all(len(re.sub(r"<[a-z]+>", "", line)) > 20 for line in masked), masked
@@ -110,12 +139,19 @@ def test_check_mode_reports_a_checked_cell_without_stored_output(tmp_path):
     stored = tmp_path / "nb.ipynb"
     nbformat.write(nb, stored)  # never executed: no outputs, no execution count
     assert reuse_outputs(nb, stored).cells[0].outputs[0].text == NOT_RECORDED
-    cell.outputs, cell.execution_count = [nbformat.v4.new_output("stream", name="stdout", text="42\n")], 7
+    cell.outputs, cell.execution_count = (
+        [nbformat.v4.new_output("stream", name="stdout", text="42\n")],
+        7,
+    )
     nbformat.write(nb, stored)
-    fresh = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)", metadata=cell.metadata, id="c1")])
+    fresh = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("print(6 * 7)", metadata=cell.metadata, id="c1")]
+    )
     reused = reuse_outputs(fresh, stored).cells[0]
     assert reused.outputs[0].text == "42\n" and reused.execution_count == 1
-    fresh.cells[0].source = "print(6 * 8)"  # edited source: the stored output no longer belongs to it
+    fresh.cells[
+        0
+    ].source = "print(6 * 8)"  # edited source: the stored output no longer belongs to it
     assert reuse_outputs(fresh, stored).cells[0].outputs[0].text == NOT_RECORDED
 
 
@@ -124,16 +160,26 @@ def _assigned(source):
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
 
 
 def test_release_raises_only_for_unwritten_answers():
     """Every release cell tagged raises-exception raises; the error is the stub's NotImplementedError,
     or a NameError for a variable that an earlier raising cell defines in the solved notebook. Untagged cells
     must run cleanly (nbclient stops on their errors)."""
-    solved = {c.id: c.source for c in _code(nbformat.read(ROOT / "solutions" / "notebooks" / RELEASE.name, as_version=4))}
+    solved = {
+        c.id: c.source
+        for c in _code(nbformat.read(ROOT / "solutions" / "notebooks" / RELEASE.name, as_version=4))
+    }
     nb = nbformat.read(RELEASE, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(RELEASE.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(RELEASE.parent)}},
+    ).execute()
     tagged = [c for c in _code(nb) if RAISES in c.metadata.get("tags", [])]
     assert tagged, "no release cell is tagged raises-exception: nbgrader dropped the tags?"
     undefined_ok = set()  # names that a raising cell did not get to define
@@ -142,11 +188,15 @@ def test_release_raises_only_for_unwritten_answers():
         if RAISES not in cell.metadata.get("tags", []):
             assert not errors, f"{cell.id}: untagged cell raised {errors[0].ename}"
             continue
-        assert errors, f"{cell.id} is tagged {RAISES} but runs without error: drop needs_answers from its fragment"
+        assert errors, (
+            f"{cell.id} is tagged {RAISES} but runs without error: drop needs_answers from its fragment"
+        )
         err = errors[0]
         if err.ename == "NameError":
             missing = re.search(r"name '(\w+)' is not defined", err.evalue).group(1)
-            assert missing in undefined_ok, f"{cell.id}: NameError {missing!r} is not explained by a missing answer"
+            assert missing in undefined_ok, (
+                f"{cell.id}: NameError {missing!r} is not explained by a missing answer"
+            )
         else:
             assert err.ename == "NotImplementedError", f"{cell.id}: {err.ename}: {err.evalue}"
         undefined_ok |= _assigned(solved[cell.id])  # what the cell defines once it is answered

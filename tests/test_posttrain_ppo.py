@@ -53,15 +53,20 @@ WORKED = dict(
 
 
 def test_worked_example_section_1():
-    r = sol.shaped_rewards(WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=0.1)
+    r = sol.shaped_rewards(
+        WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=0.1
+    )
     assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6)
 
 
 @pytest.mark.parametrize(
-    ("beta", "total", "per_token"), [(0.2, 1.66, [-0.04, 0.0, 0.2, 1.5]), (0.1, 1.58, [-0.02, 0.0, 0.1, 1.5])]
+    ("beta", "total", "per_token"),
+    [(0.2, 1.66, [-0.04, 0.0, 0.2, 1.5]), (0.1, 1.58, [-0.02, 0.0, 0.1, 1.5])],
 )
 def test_exercise_1_total_return_rises_with_beta(beta, total, per_token):
-    r = sol.shaped_rewards(WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=beta)
+    r = sol.shaped_rewards(
+        WORKED["score"], WORKED["logp_pi"], WORKED["logp_ref"], WORKED["mask"], beta=beta
+    )
     assert torch.allclose(r, torch.tensor([per_token]), atol=1e-6)
     assert float(r.sum()) == pytest.approx(total, abs=1e-6)
 
@@ -71,7 +76,9 @@ def test_exercise_1_total_return_rises_with_beta(beta, total, per_token):
 
 def _ragged():
     """Rows with different prompt lengths, a response ending at the last column, a one-token response."""
-    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 0, 0]], dtype=torch.float64)
+    mask = torch.tensor(
+        [[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 0, 0]], dtype=torch.float64
+    )
     g = torch.Generator().manual_seed(0)
     rand = lambda: torch.randn(mask.shape, generator=g, dtype=torch.float64)
     return mask, rand
@@ -101,7 +108,9 @@ def test_gae_lambda_one_is_monte_carlo_return():
 
 
 def _pad_columns(*tensors, k=3, fill=5.0):
-    return [torch.cat([t, torch.full((t.shape[0], k), fill, dtype=t.dtype)], dim=1) for t in tensors]
+    return [
+        torch.cat([t, torch.full((t.shape[0], k), fill, dtype=t.dtype)], dim=1) for t in tensors
+    ]
 
 
 def test_losses_invariant_to_padding_columns():
@@ -114,7 +123,9 @@ def test_losses_invariant_to_padding_columns():
     v = sol.value_loss(vals, old_v, ret, mask)
     assert torch.allclose(v, sol.value_loss(*_pad_columns(vals, old_v, ret), wide_mask))
     rewards = sol.shaped_rewards(torch.ones(3, dtype=torch.float64), new, old, mask, 0.1)
-    rewards_w = sol.shaped_rewards(torch.ones(3, dtype=torch.float64), *_pad_columns(new, old), wide_mask, 0.1)
+    rewards_w = sol.shaped_rewards(
+        torch.ones(3, dtype=torch.float64), *_pad_columns(new, old), wide_mask, 0.1
+    )
     assert torch.allclose(rewards, rewards_w[:, :-3]) and (rewards_w[:, -3:] == 0).all()
     a, r = sol.gae(rewards, vals, mask)
     a_w, r_w = sol.gae(rewards_w, *_pad_columns(vals), wide_mask)
@@ -146,9 +157,21 @@ def test_kl_controller_step_bounds_both_sides():
 BAD_INPUTS = [
     ("shape", lambda m, x: sol.gae(x, x[:, :-1], m), "shape"),
     ("mask not 0/1", lambda m, x: sol.ppo_clip_loss(x, x, x, m * 0.5, 0.2), "only 0 and 1"),
-    ("empty response", lambda m, x: sol.shaped_rewards(torch.ones(3), x, x, torch.zeros_like(m), 0.1), "no response token"),
-    ("non-finite", lambda m, x: sol.value_loss(x.masked_fill(m.bool(), math.nan), x, x, m), "NaN or inf"),
-    ("integer log-probs", lambda m, x: sol.shaped_rewards(torch.ones(3), x.long(), x, m, 0.1), "floating"),
+    (
+        "empty response",
+        lambda m, x: sol.shaped_rewards(torch.ones(3), x, x, torch.zeros_like(m), 0.1),
+        "no response token",
+    ),
+    (
+        "non-finite",
+        lambda m, x: sol.value_loss(x.masked_fill(m.bool(), math.nan), x, x, m),
+        "NaN or inf",
+    ),
+    (
+        "integer log-probs",
+        lambda m, x: sol.shaped_rewards(torch.ones(3), x.long(), x, m, 0.1),
+        "floating",
+    ),
     ("scores shape", lambda m, x: sol.shaped_rewards(torch.ones(4), x, x, m, 0.1), "scores"),
 ]
 
@@ -180,7 +203,9 @@ def test_sample_masks_stops_and_pads():
         else:
             assert len(resp) == out.tokens.shape[1] - P
     logp = toy_lm.token_log_probs(model(out.tokens), out.tokens) * out.response_mask[:, 1:]
-    assert torch.allclose(logp, out.logprobs, atol=1e-5)  # recorded sampling log-probs = recomputed ones
+    assert torch.allclose(
+        logp, out.logprobs, atol=1e-5
+    )  # recorded sampling log-probs = recomputed ones
 
 
 def test_token_log_probs_alignment():
@@ -194,7 +219,9 @@ def test_token_log_probs_alignment():
 def test_sft_loss_on_demonstrations():
     batch = toy_lm.demonstration_batch()
     logits = torch.zeros(*batch.input_ids.shape, len(toy_lm.VOCAB))
-    assert float(toy_lm.sft_loss(logits, batch.labels)) == pytest.approx(math.log(len(toy_lm.VOCAB)))
+    assert float(toy_lm.sft_loss(logits, batch.labels)) == pytest.approx(
+        math.log(len(toy_lm.VOCAB))
+    )
     assert toy_lm.decode(batch.input_ids[0]).startswith("<|bos|> the cat")
 
 
@@ -205,7 +232,9 @@ def test_first_epoch_starts_at_ratio_one_and_catches_nondeterminism():
     scores = toy_lm.good_count_reward(roll["tokens"], roll["response_mask"])
     stats = sol.ppo_update(policy, critic, opt, roll, scores, 0.1, sol.PPOConfig(ppo_epochs=2))
     assert len(stats) == 2
-    noisy = torch.nn.Sequential(policy, torch.nn.Dropout(0.5)).train()  # dropout left on: ratio != 1
+    noisy = torch.nn.Sequential(
+        policy, torch.nn.Dropout(0.5)
+    ).train()  # dropout left on: ratio != 1
     roll["on_policy"] = torch.tensor(True)
     with pytest.raises(RuntimeError, match="ratio 1"):
         sol.ppo_update(noisy, critic, opt, roll, scores, 0.1, sol.PPOConfig())
@@ -213,10 +242,18 @@ def test_first_epoch_starts_at_ratio_one_and_catches_nondeterminism():
 
 def test_approx_kl_early_stop_skips_epochs():
     policy, ref, critic, prompts, gen = toy_lm.build_models(0, batch=16)
-    cfg = sol.PPOConfig(steps=3, lr=0.05, ppo_epochs=4, beta=0.05, kl_target=None, approx_kl_stop=1e-6)
-    hist = sol.train_ppo(policy, ref, critic, prompts, toy_lm.good_count_reward, END_ID, cfg, generator=gen)
+    cfg = sol.PPOConfig(
+        steps=3, lr=0.05, ppo_epochs=4, beta=0.05, kl_target=None, approx_kl_stop=1e-6
+    )
+    hist = sol.train_ppo(
+        policy, ref, critic, prompts, toy_lm.good_count_reward, END_ID, cfg, generator=gen
+    )
     assert all(e.approx_kl >= 0 for h in hist for e in h.epochs)
-    assert [len(h.epochs) for h in hist] == [1, 1, 1]  # epoch 2 always starts past the tiny threshold
+    assert [len(h.epochs) for h in hist] == [
+        1,
+        1,
+        1,
+    ]  # epoch 2 always starts past the tiny threshold
     free = sol.train_ppo(*toy_lm.build_models(0, batch=16)[:4], toy_lm.good_count_reward, END_ID,
                          dataclasses.replace(cfg, approx_kl_stop=None))  # fmt: skip
     assert [len(h.epochs) for h in free] == [4, 4, 4]
@@ -234,7 +271,9 @@ def test_masked_whiten_keeps_precision_far_from_zero(ratio):
     loses every digit at 1e4): the whitened values still have mean 0 and std 1 on the response."""
     g = torch.Generator().manual_seed(0)
     mask = (torch.rand(8, 12, generator=g) < 0.6).float()
-    x = (ratio + torch.randn(8, 12, generator=g, dtype=torch.float64)).float() * mask  # (B, T-1), std ~1
+    x = (
+        ratio + torch.randn(8, 12, generator=g, dtype=torch.float64)
+    ).float() * mask  # (B, T-1), std ~1
     w = masks.masked_whiten(x, mask)
     on = mask.bool()
     exact = (x.double()[on] - x.double()[on].mean()) / x.double()[on].std(unbiased=False)

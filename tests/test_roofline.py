@@ -18,7 +18,9 @@ from mlbook.posttrain.roofline import (
 )
 
 H100 = Machine("H100 SXM", 989e12, 3.35e12)
-LLAMA_7B = Shape(n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2, mlp_matrices=3)
+LLAMA_7B = Shape(
+    n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2, mlp_matrices=3
+)
 
 
 def test_parameter_counts():
@@ -50,7 +52,9 @@ def test_roofline_seconds_takes_the_slower_matmul_bound_plus_streams():
 def test_7b_decode_step_on_h100_is_memory_bound_at_about_4_ms():
     step = pass_cost(LLAMA_7B, batch=1, new=1, ctx=1)
     assert step.flops / step.bytes < H100.ridge  # about 1 FLOP per byte
-    assert step.seconds(H100) == pytest.approx(2 * 6.738e9 / 3.35e12, rel=0.01)  # 4.0 ms: stream the weights
+    assert step.seconds(H100) == pytest.approx(
+        2 * 6.738e9 / 3.35e12, rel=0.01
+    )  # 4.0 ms: stream the weights
     # at batch 64 and a 1,024-token context the KV cache (2 L d ctx B bf16 values) outweighs the weights
     big = pass_cost(LLAMA_7B, batch=64, new=1, ctx=1024)
     kv = 2 * 2 * 32 * 4096 * 1024 * 64
@@ -62,9 +66,13 @@ def test_cached_generation_costs_linear_naive_quadratic():
     s = Shape(n_layers=2, d_model=8, vocab=10)
     cached = [generation_cost(s, 4, 2, n, cached=True).flops for n in (16, 32, 64)]
     naive = [generation_cost(s, 4, 2, n, cached=False).flops for n in (16, 32, 64)]
-    assert cached[2] / cached[1] < 2.5  # about linear (attention over the growing cache adds a little)
+    assert (
+        cached[2] / cached[1] < 2.5
+    )  # about linear (attention over the growing cache adds a little)
     assert naive[2] / naive[1] > 3.5  # about quadratic
-    assert generation_cost(s, 4, 2, 1, cached=True) == generation_cost(s, 4, 2, 1, cached=False)  # prefill only
+    assert generation_cost(s, 4, 2, 1, cached=True) == generation_cost(
+        s, 4, 2, 1, cached=False
+    )  # prefill only
 
 
 def test_update_cost_counts_forward_backward_and_adam():
@@ -77,14 +85,28 @@ def test_update_cost_counts_forward_backward_and_adam():
 
 def test_predict_step_and_fit_latency_recover_synthetic_latencies():
     s, m = Shape(n_layers=1, d_model=4, vocab=5), Machine("m", 1e9, 1e9)
-    true = Latency(decode_step=0.002, generation=0.001, forward=0.004, reward=1e-4, update=0.05, update_per_position=3e-4)
+    true = Latency(
+        decode_step=0.002,
+        generation=0.001,
+        forward=0.004,
+        reward=1e-4,
+        update=0.05,
+        update_per_position=3e-4,
+    )
 
     def fake_split(n):  # what time_ppo_step would measure if the model were exact
         seconds = predict_step(s, m, 1, 2, n, 4, cached=True, latency=true)
         return dict(seconds=seconds, batch=1, prompt_len=2, new_tokens=n)
 
     fit = fit_latency(s, m, fake_split(4), fake_split(16), epochs=4, cached=True)
-    for field in ("decode_step", "generation", "forward", "reward", "update", "update_per_position"):
+    for field in (
+        "decode_step",
+        "generation",
+        "forward",
+        "reward",
+        "update",
+        "update_per_position",
+    ):
         assert getattr(fit, field) == pytest.approx(getattr(true, field), rel=1e-6, abs=1e-12)
     sec = predict_step(s, m, 1, 2, 8, 4, cached=True, latency=true)
     assert sum(shares(sec).values()) == pytest.approx(1.0)

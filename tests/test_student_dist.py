@@ -54,31 +54,47 @@ def _regions():
                 current = [] if stripped.startswith("### BEGIN") else None
                 if current is not None:
                     regions.append(current)
-            elif current is not None and len(stripped) > 12 and not stripped.startswith(("#", "import ", "from ")):
+            elif (
+                current is not None
+                and len(stripped) > 12
+                and not stripped.startswith(("#", "import ", "from "))
+            ):
                 current.append(stripped)
     return [r for r in regions if len(r) >= 2]
 
 
 def test_dist_holds_only_the_library_and_the_release(dist):
     names = sorted(p.name for p in dist.iterdir())
-    assert names == [n for n in names if n in {NB, "rlhf_ppo.py", "requirements.txt"} or n.endswith(".whl")]
+    assert names == [
+        n for n in names if n in {NB, "rlhf_ppo.py", "requirements.txt"} or n.endswith(".whl")
+    ]
     with zipfile.ZipFile(next(dist.glob("mlbook-*.whl"))) as whl:
-        packages = {m.split("/")[0] for m in whl.namelist() if not m.split("/")[0].endswith(".dist-info")}
+        packages = {
+            m.split("/")[0] for m in whl.namelist() if not m.split("/")[0].endswith(".dist-info")
+        }
     assert packages == {"mlbook"}, packages
     regions = _regions()
-    assert len(regions) >= 10, "the source notebook should have solution and hidden-test regions to look for"
+    assert len(regions) >= 10, (
+        "the source notebook should have solution and hidden-test regions to look for"
+    )
     for name, text in _texts(dist):
         for package in (
             "mlbook_solutions",
             "mlbook_tools",
         ):  # prose may name them; no code may need them
-            assert f"import {package}" not in text and f"from {package}" not in text, f"{name} imports {package}"
+            assert f"import {package}" not in text and f"from {package}" not in text, (
+                f"{name} imports {package}"
+            )
         for marker in MARKERS:
             assert marker not in text, f"{name} contains {marker!r}"
-        assert "def check_" not in text and "ppo_checks" not in text, f"{name} contains hidden-test code"
+        assert "def check_" not in text and "ppo_checks" not in text, (
+            f"{name} contains hidden-test code"
+        )
         for region in regions:  # a stray common line may match; half of a region may not
             found = [line for line in region if line in text]
-            assert len(found) < max(2, len(region) / 2), f"{name} contains a solution or hidden test: {found[:3]}"
+            assert len(found) < max(2, len(region) / 2), (
+                f"{name} contains a solution or hidden test: {found[:3]}"
+            )
 
 
 def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
@@ -97,7 +113,9 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
         "[importlib.import_module(m) for m in mods]\n"  # every module of the library imports on its own
         "print(len(mods), [u.find_spec(m) is None for m in ('mlbook_solutions', 'mlbook_tools')])"
     )
-    run = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env={"MPLBACKEND": "Agg"})
+    run = subprocess.run(
+        [py, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env={"MPLBACKEND": "Agg"}
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     n_modules, hidden = run.stdout.strip().split(" ", 1)
     assert int(n_modules) >= 6 and hidden == "[True, True]", run.stdout
@@ -110,10 +128,14 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
     work.mkdir()
     nb = nbformat.read(dist / NB, as_version=4)
     first_stub = next(
-        i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
+        i
+        for i, c in enumerate(nb.cells)
+        if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
     )  # fmt: skip -- defining a stub is fine; calling it raises
     env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "MPLBACKEND": "Agg", "PYTHONNOUSERSITE": "1"}
-    client = NotebookClient(nb, timeout=300, kernel_name="student", resources={"metadata": {"path": str(work)}})
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="student", resources={"metadata": {"path": str(work)}}
+    )
     import os
 
     old = {k: os.environ.get(k) for k in env}
@@ -129,8 +151,19 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
     # nbclient goes on past cells tagged raises-exception (they need the student's answers) and stops
     # at the first error in any other cell: there must be none, and the first error of all must be
     # the first call of an unfilled stub.
-    errors = [(i, o) for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert errors and errors[0][0] >= first_stub, f"first error in cell {errors[:1]}; the first stub is cell {first_stub}"
+    errors = [
+        (i, o)
+        for i, c in enumerate(nb.cells)
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
+    assert errors and errors[0][0] >= first_stub, (
+        f"first error in cell {errors[:1]}; the first stub is cell {first_stub}"
+    )
     assert errors[0][1]["ename"] == "NotImplementedError", errors[0][1]["ename"]
-    untagged = [i for i, _ in errors if "raises-exception" not in nb.cells[i].metadata.get("tags", [])]
-    assert not untagged, f"cells {untagged} fail in the release although nothing marks them as needing answers"
+    untagged = [
+        i for i, _ in errors if "raises-exception" not in nb.cells[i].metadata.get("tags", [])
+    ]
+    assert not untagged, (
+        f"cells {untagged} fail in the release although nothing marks them as needing answers"
+    )

@@ -36,7 +36,12 @@ from mlbook.posttrain.toy_lm import (  # noqa: E402
 
 def test_7b_memory_is_36_bytes_per_param_and_252_gb():
     rows = {r.component.split(" (")[0]: r for r in rlhf_memory_table(7e9)}
-    assert [rows[k].bytes_per_param for k in ("policy", "critic", "reference", "reward model")] == [16, 16, 2, 2]
+    assert [rows[k].bytes_per_param for k in ("policy", "critic", "reference", "reward model")] == [
+        16,
+        16,
+        2,
+        2,
+    ]
     assert rows["policy"].total_bytes == pytest.approx(112e9)
     assert rows["total"].bytes_per_param == pytest.approx(36)
     assert rows["total"].total_bytes == pytest.approx(252e9)
@@ -53,8 +58,17 @@ def test_toy_memory_rows_match_the_models_parameter_counts():
     n_critic = sum(p.numel() for p in TinyCritic(cfg).parameters())
     rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
     policy, critic, ref, rm, total = rows
-    assert (policy.n_params, critic.n_params, ref.n_params, rm.n_params) == (n_policy, n_critic, n_policy, 0)
-    assert policy.total_bytes == 16 * n_policy and critic.total_bytes == 16 * n_critic and ref.total_bytes == 2 * n_policy
+    assert (policy.n_params, critic.n_params, ref.n_params, rm.n_params) == (
+        n_policy,
+        n_critic,
+        n_policy,
+        0,
+    )
+    assert (
+        policy.total_bytes == 16 * n_policy
+        and critic.total_bytes == 16 * n_critic
+        and ref.total_bytes == 2 * n_policy
+    )
     assert rm.total_bytes == 0
     assert total.total_bytes == 18 * n_policy + 16 * n_critic
     assert total.bytes_per_param == pytest.approx(total.total_bytes / n_policy)
@@ -75,7 +89,9 @@ def one_thread():
 
 
 def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
-    policy, ref, critic, prompts, _ = build_models(0, batch=8, cfg=ToyLMConfig(d_model=16, n_layers=1, max_len=12))
+    policy, ref, critic, prompts, _ = build_models(
+        0, batch=8, cfg=ToyLMConfig(d_model=16, n_layers=1, max_len=12)
+    )
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     rng_before = torch.get_rng_state()
     split = time_ppo_step(
@@ -100,9 +116,13 @@ def test_step_clock_splits_a_rollout_into_decode_steps_and_scoring_forwards(one_
     for use_cache in (False, True):
         policy.cfg.use_cache = use_cache
         clock, lengths = StepClock(), []
-        hook = policy.register_forward_hook(lambda m, a, o, seen=lengths: seen.append(a[0].shape[1]))
+        hook = policy.register_forward_hook(
+            lambda m, a, o, seen=lengths: seen.append(a[0].shape[1])
+        )
         with clock.rollout(policy, ref, critic):
-            roll = collect_rollouts(policy, ref, critic, prompts, 6, None, torch.Generator().manual_seed(1))
+            roll = collect_rollouts(
+                policy, ref, critic, prompts, 6, None, torch.Generator().manual_seed(1)
+            )
         hook.remove()
         T = roll["tokens"].shape[1]
         assert T == 2 + 6

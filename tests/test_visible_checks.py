@@ -83,14 +83,18 @@ def test_catalog_through_visible_checks():
     missed = sorted(name for name in names if not caught(name))
     n_caught = len(names) - len(missed)
     print(f"visible checks catch {n_caught} / {len(names)} wrong answers; hidden-only: {missed}")
-    assert missed == sorted(cat.HIDDEN_ONLY), "a wrong answer the visible checks miss must be marked HIDDEN_ONLY, with a reason"
+    assert missed == sorted(cat.HIDDEN_ONLY), (
+        "a wrong answer the visible checks miss must be marked HIDDEN_ONLY, with a reason"
+    )
     assert n_caught / len(names) >= 0.9
     assert (n_caught, len(names)) == (37, 37)  # the figure quoted in the note
 
 
 def test_hidden_only_entries_are_explained():
     for name, reason in cat.HIDDEN_ONLY.items():
-        assert name in ALL_WRONG, f"HIDDEN_ONLY names {name!r}, which is not a wrong answer of the catalog"
+        assert name in ALL_WRONG, (
+            f"HIDDEN_ONLY names {name!r}, which is not a wrong answer of the catalog"
+        )
         assert len(reason) > 30, f"say why {name!r} is left to the hidden tests"
 
 

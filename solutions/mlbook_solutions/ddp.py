@@ -56,7 +56,9 @@ ROLL_KEYS = (
     "logp_ref",
     "values_old",
 )  # what a saved rollout batch holds, with scores
-SAMPLING_SEED_STRIDE = 100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
+SAMPLING_SEED_STRIDE = (
+    100003  # rank r samples with seed + r * stride (as in TRL and lm-human-preferences)
+)
 
 
 @dataclass(kw_only=True)
@@ -91,13 +93,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init(rank: int | None = None, world: int | None = None, port: int | None = None) -> tuple[int, int, torch.device]:
+def init(
+    rank: int | None = None, world: int | None = None, port: int | None = None
+) -> tuple[int, int, torch.device]:
     """Join the process group; returns ``(rank, world, device)``.
 
     Under torchrun the rendezvous variables are already set; ``spawn`` passes rank, world and port.
     """
     if rank is not None:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+        )
         os.environ["LOCAL_RANK"] = str(rank)
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))  # one GPU per rank
@@ -138,9 +144,13 @@ def flat_params(*modules: nn.Module) -> torch.Tensor:
 
 def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
     """``cfg.steps`` PPO steps on this rank's shard; returns rank-local stats, timings, checksums and betas."""
-    policy, ref, critic, prompts, _ = build_models(cfg.seed, cfg.batch, device=device)  # same seed on every rank
+    policy, ref, critic, prompts, _ = build_models(
+        cfg.seed, cfg.batch, device=device
+    )  # same seed on every rank
     prompts = prompts[rank::world]  # (batch/world, 2) this rank's shard
-    gen = torch.Generator(device).manual_seed(cfg.seed + rank * SAMPLING_SEED_STRIDE)  # different samples per rank
+    gen = torch.Generator(device).manual_seed(
+        cfg.seed + rank * SAMPLING_SEED_STRIDE
+    )  # different samples per rank
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
     policy_ddp, critic_ddp = (
         DDP(policy, **ddp_kw),
@@ -148,7 +158,11 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
     )  # gradients averaged over ranks
     reduce = make_reduce(device)
     opt = torch.optim.Adam([*policy_ddp.parameters(), *critic_ddp.parameters()], lr=cfg.lr)
-    controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
+    controller = (
+        AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon)
+        if cfg.kl_target is not None
+        else None
+    )
     clock = StepClock()  # the phases of the chapter's §4.2: generation, forward, reward, update
     beta, steps = cfg.beta, []
     for _ in range(cfg.steps):
@@ -156,16 +170,29 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
         t0 = time.perf_counter()
         # sampling and the no-grad forwards use the plain modules; only the update goes through DDP
         with clock.rollout(policy, ref, critic):
-            roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen)  # tokens (b, T)
-            roll = {k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v for k, v in roll.items()}
+            roll = collect_rollouts(
+                policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen
+            )  # tokens (b, T)
+            roll = {
+                k: v.to(torch.get_default_dtype()) if v.is_floating_point() else v
+                for k, v in roll.items()
+            }
         with clock.phase("reward"):
             scores = good_count_reward(roll["tokens"], roll["response_mask"])  # (b,)
         with clock.phase("update"):
-            kl = sequence_kl(roll, None if cfg.local_kl else reduce)  # mean over all ranks' sequences
-            update_reduce = None if cfg.local_whiten else reduce  # global whitening, token means and approx-KL
-            epochs = ppo_update(policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce)
+            kl = sequence_kl(
+                roll, None if cfg.local_kl else reduce
+            )  # mean over all ranks' sequences
+            update_reduce = (
+                None if cfg.local_whiten else reduce
+            )  # global whitening, token means and approx-KL
+            epochs = ppo_update(
+                policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce
+            )
         t2 = time.perf_counter()
-        reward, n_seq = reduce(torch.stack([scores.sum(), torch.tensor(float(len(scores)), device=device)])).tolist()
+        reward, n_seq = reduce(
+            torch.stack([scores.sum(), torch.tensor(float(len(scores)), device=device)])
+        ).tolist()
         steps.append(
             dict(
                 reward=reward / n_seq,
@@ -198,8 +225,12 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     """
     batch = torch.load(cfg.rollout, weights_only=True)
     rows = torch.tensor_split(torch.arange(len(batch["scores"])), world)[rank]
-    T = int(batch["mask"][rows].sum(0).nonzero().max()) + 2  # columns this rank's longest response needs
-    roll = {k: batch[k][rows, : T if k == "tokens" else T - 1].to(device) for k in ROLL_KEYS}  # (b, T) and (b, T-1)
+    T = (
+        int(batch["mask"][rows].sum(0).nonzero().max()) + 2
+    )  # columns this rank's longest response needs
+    roll = {
+        k: batch[k][rows, : T if k == "tokens" else T - 1].to(device) for k in ROLL_KEYS
+    }  # (b, T) and (b, T-1)
     roll["on_policy"] = torch.tensor(True)
     policy, _, critic, _, _ = build_models(cfg.seed, device=device)
     ddp_kw = dict(device_ids=[device.index]) if device.type == "cuda" else {}
@@ -215,7 +246,9 @@ def update_once(cfg: RunConfig, rank: int, world: int, device: torch.device) -> 
     )
 
 
-def save_rollout_batch(path: str, seed: int = 0, batch: int = 8, beta: float = 0.1) -> dict[str, torch.Tensor]:
+def save_rollout_batch(
+    path: str, seed: int = 0, batch: int = 8, beta: float = 0.1
+) -> dict[str, torch.Tensor]:
     """Sample one float64 rollout batch from the initial policy, save it for ``update_once``; returns it.
 
     Rows are sorted by response length, so with contiguous shards rank 0 holds the short responses.
@@ -316,7 +349,9 @@ def print_report(out: dict) -> None:
             f" {s['step_s']:7.3f} {s['generation_s']:6.3f} {s['forward_s']:6.3f} {s['update_s']:6.3f}"
         )
     for r, res in enumerate(out["per_rank"]):
-        print(f"rank {r}: checksum {res['steps'][-1]['checksum']:.12f}  beta {res['steps'][-1]['beta_next']:.6f}")
+        print(
+            f"rank {r}: checksum {res['steps'][-1]['checksum']:.12f}  beta {res['steps'][-1]['beta_next']:.6f}"
+        )
 
 
 def main() -> None:

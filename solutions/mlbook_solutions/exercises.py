@@ -148,7 +148,10 @@ def exact_baseline_gradient(seed: int = 0) -> dict[str, float]:
 def _clipped_count(policy: nn.Module, roll: dict[str, torch.Tensor], clip_eps: float) -> int:
     """Response tokens whose ratio pi_policy / pi_old lies outside [1 - eps, 1 + eps]."""
     with torch.no_grad():
-        log_ratio = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * roll["mask"] - roll["logp_old"]
+        log_ratio = (
+            token_log_probs(policy(roll["tokens"]), roll["tokens"]) * roll["mask"]
+            - roll["logp_old"]
+        )
     outside = (log_ratio.exp() - 1).abs() > clip_eps
     return int((outside.float() * roll["mask"]).sum())
 
@@ -184,7 +187,9 @@ def whitening_clip_counts(
         stats = ppo_update(pol, cri, arm_opt, roll, scores, beta, cfg)
         if len(stats) != epochs:
             raise RuntimeError(f"expected {epochs} epochs, ran {len(stats)}")
-        counts[name] = [round(e.clip_frac * n_tokens) for e in stats] + [_clipped_count(pol, roll, clip_eps)]
+        counts[name] = [round(e.clip_frac * n_tokens) for e in stats] + [
+            _clipped_count(pol, roll, clip_eps)
+        ]
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], roll["mask"], beta)
     raw, _ = gae(rewards, roll["values_old"], roll["mask"])  # what ppo_update whitens (or not)
     on = roll["mask"].bool()
@@ -201,7 +206,9 @@ def whitening_clip_counts(
 
 # ptx_coef 0 is plain PPO; 2.0 is the headline arm (the smallest of those tried that held the SFT
 # loss within 10 % on every seed), 1.0 shows the trade-off in between.
-PTX = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30, ptx_coefs=(0.0, 1.0, 2.0), sft_steps=150, sft_lr=3e-3)
+PTX = dict(
+    seeds=(0, 1, 2, 3, 4), batch=32, steps=30, ptx_coefs=(0.0, 1.0, 2.0), sft_steps=150, sft_lr=3e-3
+)
 STALE = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30)
 
 
@@ -245,7 +252,9 @@ def demonstration_floor(batch: DemoBatch | None = None) -> float:
     batch = demonstration_batch() if batch is None else batch
     rows = []  # <|bos|> followed by the labelled tokens of each demonstration
     for ids, labels in zip(batch.input_ids.tolist(), batch.labels.tolist(), strict=True):
-        rows.append([ids[0]] + [tok for tok, lab in zip(ids[1:], labels[1:], strict=True) if lab != -100])
+        rows.append(
+            [ids[0]] + [tok for tok, lab in zip(ids[1:], labels[1:], strict=True) if lab != -100]
+        )
     counts: dict[tuple[int, ...], dict[int, int]] = {}
     for row in rows:
         for t in range(1, len(row)):
@@ -260,7 +269,9 @@ def demonstration_floor(batch: DemoBatch | None = None) -> float:
     return nll / n
 
 
-def ptx_run(seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = PTX["batch"]) -> dict:
+def ptx_run(
+    seed: int, ptx_coef: float, steps: int = PTX["steps"], batch: int = PTX["batch"]
+) -> dict:
     """One PPO run from the SFT model with ``ptx_coef * sft_loss`` added to the loss (none for 0).
 
     Returns per-step lists (``reward``, ``kl``, ``beta``, ``sft``: the SFT loss of the policy at the
@@ -308,12 +319,17 @@ class StaleByOneUpdate:
         return sampler
 
 
-def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]) -> dict:
-    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL, KL, beta."""
+def stale_run(
+    seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]
+) -> dict:
+    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL, KL,
+    beta."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps)
     sampler = StaleByOneUpdate() if stale else None
-    history = train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen, sampler=sampler)
+    history = train_ppo(
+        policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen, sampler=sampler
+    )
     return dict(
         seed=seed,
         stale=stale,
@@ -325,7 +341,9 @@ def stale_run(seed: int, stale: bool, steps: int = STALE["steps"], batch: int = 
     )
 
 
-def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[nn.Module, nn.Module, dict]:
+def stale_batch(
+    seed: int = 0, batch: int = 64, warmup_steps: int = 3
+) -> tuple[nn.Module, nn.Module, dict]:
     """``(policy, sampler, roll)``: a rollout batch sampled by a copy of the policy one update old.
 
     A few ordinary PPO steps first (so the update is a typical one, not the first), then the copy
@@ -341,7 +359,9 @@ def stale_batch(seed: int = 0, batch: int = 64, warmup_steps: int = 3) -> tuple[
     scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
     ppo_update(policy, critic, opt, roll, scores, cfg.beta, cfg)
-    stale_roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen, sampler=sampler)
+    stale_roll = collect_rollouts(
+        policy, ref, critic, prompts, cfg.max_new_tokens, END_ID, gen, sampler=sampler
+    )
     return policy, sampler, stale_roll
 
 
@@ -356,8 +376,10 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2) 
     )
 
 
-def importance_ratios(policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response."""
+def importance_ratios(
+    policy: nn.Module, sampler: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """pi_policy / pi_sampler per sampled token: (B, T), (B, T-1) -> (B, T-1); 1 off the response"""
     with torch.no_grad():
         logp_policy = token_log_probs(policy(tokens), tokens)  # (B, T-1)
         logp_sampler = token_log_probs(sampler(tokens), tokens)  # (B, T-1)
@@ -396,7 +418,9 @@ def code_fingerprint() -> str:
     for name in FINGERPRINT_MODULES:
         source = pathlib.Path(importlib.util.find_spec(name).origin).read_text()
         h.update(name.encode() + ast.dump(_without_docstrings(ast.parse(source))).encode())
-    h.update(json.dumps([dataclasses.asdict(CHAPTER_RUN), PTX, STALE, REPLAY], sort_keys=True).encode())
+    h.update(
+        json.dumps([dataclasses.asdict(CHAPTER_RUN), PTX, STALE, REPLAY], sort_keys=True).encode()
+    )
     return h.hexdigest()
 
 
@@ -404,16 +428,22 @@ def replay64(steps: int = REPLAY["steps"], seed: int = REPLAY["seed"]) -> dict:
     """The first ``steps`` steps of every arm of both sweeps, in float64 (the portable replay)."""
     with default_dtype(torch.float64):
         ptx = {str(c): ptx_run(seed, c, steps=steps) for c in PTX["ptx_coefs"]}
-        stale = {name: stale_run(seed, flag, steps=steps) for name, flag in (("on_policy", False), ("stale", True))}
+        stale = {
+            name: stale_run(seed, flag, steps=steps)
+            for name, flag in (("on_policy", False), ("stale", True))
+        }
     return dict(ptx=ptx, stale=stale)
 
 
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
-    """Rerun the ex4/ex5 sweeps and the float64 replay; write them and their settings to ``path``."""
+    """Rerun the ex4/ex5 sweeps and the float64 replay; write them and their settings to path."""
     t0 = time.perf_counter()
     ptx = {str(c): [ptx_run(s, c) for s in PTX["seeds"]] for c in PTX["ptx_coefs"]}
     t1 = time.perf_counter()
-    stale = {name: [stale_run(s, flag) for s in STALE["seeds"]] for name, flag in (("on_policy", False), ("stale", True))}
+    stale = {
+        name: [stale_run(s, flag) for s in STALE["seeds"]]
+        for name, flag in (("on_policy", False), ("stale", True))
+    }
     t2 = time.perf_counter()
     results = dict(
         torch=torch.__version__,
@@ -436,7 +466,9 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
 def load_results(path: pathlib.Path = RESULTS_PATH) -> dict:
     """The cached sweeps (``python -m mlbook_solutions.exercises --refresh`` regenerates them)."""
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python -m mlbook_solutions.exercises --refresh`")
+        raise FileNotFoundError(
+            f"{path} is missing: run `python -m mlbook_solutions.exercises --refresh`"
+        )
     return json.loads(path.read_text())
 
 
@@ -524,10 +556,14 @@ def plot_stale(results: dict):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--refresh", action="store_true", help="rerun the sweeps and rewrite the cache")
     args = ap.parse_args()
-    torch.set_num_threads(1)  # the runs are tiny; more threads only add overhead (results are identical)
+    torch.set_num_threads(
+        1
+    )  # the runs are tiny; more threads only add overhead (results are identical)
     results = refresh() if args.refresh else load_results()
     print(format_summary(summarise(results)))
 

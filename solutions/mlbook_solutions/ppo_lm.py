@@ -40,7 +40,9 @@ def last_response_index(response_mask: torch.Tensor) -> torch.Tensor:
     """
     validate_mask(response_mask)
     validate_has_response(response_mask)
-    columns = torch.arange(response_mask.shape[1], device=response_mask.device).expand_as(response_mask)  # (B, T-1)
+    columns = torch.arange(response_mask.shape[1], device=response_mask.device).expand_as(
+        response_mask
+    )  # (B, T-1)
     return torch.where(response_mask.bool(), columns, -1).amax(dim=1)  # (B,)
 
 
@@ -67,7 +69,9 @@ def shaped_rewards(
     rewards = -beta * (logp_policy - logp_ref) * response_mask  # (B, T-1) signed per-token KL fee
     last = last_response_index(response_mask)  # (B,)
     rows = torch.arange(rewards.shape[0], device=rewards.device)  # (B,)
-    rewards[rows, last] = rewards[rows, last] + scores.to(rewards.dtype)  # score on the final response token
+    rewards[rows, last] = rewards[rows, last] + scores.to(
+        rewards.dtype
+    )  # score on the final response token
     return rewards
 
 
@@ -120,7 +124,9 @@ def ppo_clip_loss(
     """
     validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
     ratio = torch.exp(logp_new - logp_old)  # (B, T-1)
-    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)  # (B, T-1)
+    surrogate = torch.minimum(
+        ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
+    )  # (B, T-1)
     loss = -masked_mean(surrogate, response_mask)  # scalar
     outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)  # (B, T-1)
     return loss, float(masked_mean(outside, response_mask))
@@ -155,7 +161,9 @@ class AdaptiveKLController:
 
     def __init__(self, beta: float, target: float, horizon: float = 10) -> None:
         if beta <= 0 or target <= 0 or horizon <= 0:
-            raise ValueError(f"beta, target and horizon must be positive, got {beta}, {target}, {horizon}")
+            raise ValueError(
+                f"beta, target and horizon must be positive, got {beta}, {target}, {horizon}"
+            )
         self.beta, self.target, self.horizon = beta, target, horizon
 
     def update(self, kl: float, n_steps: int = 1) -> float:
@@ -193,7 +201,9 @@ def collect_rollouts(
     ``token_log_probs``; ``on_policy`` (0-d bool: sampler is policy).
     """
     sampler = policy if sampler is None else sampler
-    tokens, full_mask, logp_sampled = sample(sampler, prompts, max_new_tokens, eos_id, generator=generator)
+    tokens, full_mask, logp_sampled = sample(
+        sampler, prompts, max_new_tokens, eos_id, generator=generator
+    )
     mask = full_mask[:, 1:]  # (B, T-1) aligned with the log-probs of tokens[:, 1:]
     with torch.no_grad():
         logp_old = token_log_probs(sampler(tokens), tokens) * mask  # (B, T-1)
@@ -201,7 +211,9 @@ def collect_rollouts(
         values_old = critic(tokens)[:, :-1]  # (B, T-1) V(s_t) before tokens[:, t+1]
     gap = float((logp_old - logp_sampled).abs().max())
     if gap > 1e-4:
-        raise RuntimeError(f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}")
+        raise RuntimeError(
+            f"log-probs recomputed on the sampled tokens differ from those at sampling by {gap:.2e}"
+        )
     on_policy = torch.tensor(sampler is policy)
     return dict(
         tokens=tokens,
@@ -298,11 +310,19 @@ def ppo_update(
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
         log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
-        if epoch == 0 and bool(roll.get("on_policy", False)) and float((log_ratio * m).abs().max()) > 1e-5:
-            raise RuntimeError("the first PPO epoch must start at ratio 1: the forward pass is not deterministic")
+        if (
+            epoch == 0
+            and bool(roll.get("on_policy", False))
+            and float((log_ratio * m).abs().max()) > 1e-5
+        ):
+            raise RuntimeError(
+                "the first PPO epoch must start at ratio 1: the forward pass is not deterministic"
+            )
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], advantages, m, cfg.clip_eps)
+        policy_loss, clip_frac = ppo_clip_loss(
+            logp_new, roll["logp_old"], advantages, m, cfg.clip_eps
+        )
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
@@ -317,7 +337,9 @@ def ppo_update(
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         clip_frac = float(global_mean(n_local.new_tensor([clip_frac]), n_local.reshape(1), reduce))
-        history.append(EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra))
+        history.append(
+            EpochStats(clip_frac, float(v_loss.detach()), float(ent.detach()), approx_kl, extra)
+        )
     return history
 
 
@@ -386,7 +408,11 @@ def train_ppo(
     for p in ref.parameters():
         p.requires_grad_(False)
     opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
-    controller = AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon) if cfg.kl_target is not None else None
+    controller = (
+        AdaptiveKLController(cfg.beta, cfg.kl_target, cfg.horizon)
+        if cfg.kl_target is not None
+        else None
+    )
     beta, history = cfg.beta, []
     bar = range(cfg.steps)
     if progress:
@@ -399,11 +425,17 @@ def train_ppo(
             with torch.no_grad():
                 evaluated = float(evaluate(policy))
         model = sampler(policy) if sampler is not None else None
-        roll = collect_rollouts(policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model)
+        roll = collect_rollouts(
+            policy, ref, critic, prompts, cfg.max_new_tokens, eos_id, generator, sampler=model
+        )
         scores = reward_fn(roll["tokens"], roll["response_mask"]).float()  # (B,)
         kl = sequence_kl(roll, reduce)
-        epochs = ppo_update(policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce)
-        reward, length = global_mean(torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce).tolist()
+        epochs = ppo_update(
+            policy, critic, opt, roll, scores, beta, cfg, extra_loss=extra_loss, reduce=reduce
+        )
+        reward, length = global_mean(
+            torch.stack([scores, roll["mask"].sum(1)]), reduce=reduce
+        ).tolist()
         history.append(PPOStats(reward, kl, beta, length, epochs, evaluated))
         if progress:
             bar.set_postfix(reward=f"{reward:.2f}", kl=f"{kl:.2f}", beta=f"{beta:.3f}")

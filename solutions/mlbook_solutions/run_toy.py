@@ -25,7 +25,9 @@ CHAPTER_RUN = PPOConfig()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", default="build")
     ap.add_argument("--steps", type=int, default=CHAPTER_RUN.steps)
     ap.add_argument("--seed", type=int, default=0)
@@ -49,7 +51,9 @@ def main() -> None:
         progress=True,
     )
     seconds = time.perf_counter() - t0
-    print(f"\n{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'approxKL':>9} {'beta':>7} {'len':>5}")
+    print(
+        f"\n{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'approxKL':>9} {'beta':>7} {'len':>5}"
+    )
     for i, h in enumerate(history, 1):
         row = f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.approx_kl:9.5f}"
         print(f"{row} {h.beta:7.4f} {h.response_len:5.2f}")

@@ -22,10 +22,13 @@ def clip_objective(ratio: np.ndarray, advantage: float, eps: float) -> np.ndarra
 
 
 def plot_clip_objective(eps: float = 0.2, advantage: float = 1.0, r_max: float = 2.0, n: int = 401):
-    """Two panels, ``A = +advantage`` and ``A = -advantage``: the clipped objective (solid), ``r A`` (dashed).
+    """Two panels, ``A = +advantage`` and ``A = -advantage``: the clipped objective (solid), ``r A``
+    (dashed).
 
-    The shaded band is where the clipped objective is flat (zero gradient in the ratio): ``r > 1 + eps``
-    when ``A > 0`` and ``r < 1 - eps`` when ``A < 0``. Dotted verticals mark ``1 - eps`` and ``1 + eps``.
+    The shaded band is where the clipped objective is flat (zero gradient in the ratio): ``r > 1 +
+    eps``
+    when ``A > 0`` and ``r < 1 - eps`` when ``A < 0``. Dotted verticals mark ``1 - eps`` and ``1 +
+    eps``.
     The solid line carries the label :data:`CLIPPED_LABEL` so tests can read its data back.
     """
     if not 0 < eps < 1:
@@ -42,7 +45,10 @@ def plot_clip_objective(eps: float = 0.2, advantage: float = 1.0, r_max: float =
             ax.axvline(edge, ls=":", c="k", lw=1)
         ax.axvline(1.0, c="k", lw=0.6, alpha=0.4)
         ax.axhline(0.0, c="k", lw=0.6, alpha=0.4)
-        ax.set_xticks([0, 1 - eps, 1, 1 + eps, r_max], ["0", r"$1-\epsilon$", "1", r"$1+\epsilon$", f"{r_max:g}"])
+        ax.set_xticks(
+            [0, 1 - eps, 1, 1 + eps, r_max],
+            ["0", r"$1-\epsilon$", "1", r"$1+\epsilon$", f"{r_max:g}"],
+        )
         ax.set_xlabel(r"ratio $r = \pi_\theta(a|s) / \pi_{\mathrm{old}}(a|s)$")
         word = "good token: pushed up until" if a > 0 else "bad token: pushed down until"
         edge = r"$r = 1+\epsilon$" if a > 0 else r"$r = 1-\epsilon$"
@@ -50,7 +56,10 @@ def plot_clip_objective(eps: float = 0.2, advantage: float = 1.0, r_max: float =
         ax.grid(alpha=0.25)
     axes[0].set_ylabel("per-token objective (maximised)")
     axes[0].legend(fontsize=8, loc="upper left")
-    fig.suptitle(rf"PPO clipped surrogate, $\epsilon = {eps:g}$: the clip only stops moves that help", fontsize=11)
+    fig.suptitle(
+        rf"PPO clipped surrogate, $\epsilon = {eps:g}$: the clip only stops moves that help",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
@@ -64,8 +73,18 @@ BOX_W, BOX_H = 2.5, 1.05
 PIPELINE_BOXES = {
     "prompts": (1.3, 3.3, "prompts $x$\n(a batch from the dataset)", COMPUTE),
     "policy": (4.5, 3.3, r"policy $\pi_\theta$ (trained)" + "\nsamples responses $y$", TRAINED),
-    "reward": (7.9, 5.1, r"reward model $r_\phi$ (frozen)" + "\nscores $(x, y)$: lands on\nthe final token", FROZEN),
-    "reference": (7.9, 3.3, r"reference $\pi_{\mathrm{ref}}$ (frozen)" + "\nper-token log-probs\n" + r"$\to$ KL fee", FROZEN),
+    "reward": (
+        7.9,
+        5.1,
+        r"reward model $r_\phi$ (frozen)" + "\nscores $(x, y)$: lands on\nthe final token",
+        FROZEN,
+    ),
+    "reference": (
+        7.9,
+        3.3,
+        r"reference $\pi_{\mathrm{ref}}$ (frozen)" + "\nper-token log-probs\n" + r"$\to$ KL fee",
+        FROZEN,
+    ),
     "critic": (7.9, 1.5, r"critic $V_\psi$ (trained)" + "\nvalue $V(s_t)$ per token", TRAINED),
     "shaped": (
         11.3,
@@ -77,7 +96,12 @@ PIPELINE_BOXES = {
         COMPUTE,
     ),
     "gae": (11.3, 2.1, "GAE\n" + r"advantages $A_t$, returns $G_t$", COMPUTE),
-    "update": (11.3, -0.1, "clipped PPO update\n" + r"$-L^{\mathrm{CLIP}} + c_v L^V$, 1-4 epochs", COMPUTE),
+    "update": (
+        11.3,
+        -0.1,
+        "clipped PPO update\n" + r"$-L^{\mathrm{CLIP}} + c_v L^V$, 1-4 epochs",
+        COMPUTE,
+    ),
 }
 PIPELINE_ARROWS = (
     ("prompts", "policy", ""),
@@ -101,7 +125,8 @@ def _edge_point(name: str, toward: tuple[float, float]) -> tuple[float, float]:
 
 
 def draw_pipeline():
-    """One PPO-RLHF iteration: prompts -> samples -> RM score, reference log-probs, critic values -> GAE -> update.
+    """One PPO-RLHF iteration: prompts -> samples -> RM score, reference log-probs, critic values ->
+    GAE -> update.
 
     Orange boxes are trained models, blue boxes frozen ones, white boxes computations. The loop
     arrow from the update back to the policy and the critic carries the new weights.
@@ -109,7 +134,13 @@ def draw_pipeline():
     fig, ax = plt.subplots(figsize=(12.5, 5.4))
     for name, (x, y, text, colour) in PIPELINE_BOXES.items():
         box = FancyBboxPatch(
-            (x - BOX_W / 2, y - BOX_H / 2), BOX_W, BOX_H, boxstyle="round,pad=0.05,rounding_size=0.15", fc=colour, ec="k", lw=1.1
+            (x - BOX_W / 2, y - BOX_H / 2),
+            BOX_W,
+            BOX_H,
+            boxstyle="round,pad=0.05,rounding_size=0.15",
+            fc=colour,
+            ec="k",
+            lw=1.1,
         )
         box.set_gid(name)
         ax.add_patch(box)
@@ -120,7 +151,15 @@ def draw_pipeline():
         b = _edge_point(end, PIPELINE_BOXES[start][:2])
         ax.annotate("", xy=b, xytext=a, arrowprops=arrow)
         if label:
-            ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, label, fontsize=8, ha="center", va="bottom", color="dimgray")
+            ax.text(
+                (a[0] + b[0]) / 2,
+                (a[1] + b[1]) / 2 + 0.12,
+                label,
+                fontsize=8,
+                ha="center",
+                va="bottom",
+                color="dimgray",
+            )
     # The loop: new weights from the update back into the policy (and the critic).
     ux, uy, *_ = PIPELINE_BOXES["update"]
     px, py, *_ = PIPELINE_BOXES["policy"]
@@ -132,7 +171,9 @@ def draw_pipeline():
         xytext=(ux - BOX_W / 2, uy),
         arrowprops={**loop, "connectionstyle": "angle,angleA=180,angleB=90"},
     )
-    ax.annotate("", xy=(cx, cy - BOX_H / 2), xytext=(cx, uy), arrowprops={**loop, "arrowstyle": "-|>"})
+    ax.annotate(
+        "", xy=(cx, cy - BOX_H / 2), xytext=(cx, uy), arrowprops={**loop, "arrowstyle": "-|>"}
+    )
     ax.text(
         6.1,
         uy - 0.15,

@@ -11,7 +11,9 @@ CURVES = (("reward", "mean reward (good tokens)"), ("kl", "KL to reference (nats
           ("clip_frac", "clip fraction"), ("beta", "KL coefficient beta"))  # fmt: skip
 
 
-def plot_training_curves(history: Sequence, title: str = "PPO on the toy LM", kl_target: float | None = None):
+def plot_training_curves(
+    history: Sequence, title: str = "PPO on the toy LM", kl_target: float | None = None
+):
     """Four panels from a list of ``PPOStats``-like records: reward, KL, clip fraction, beta."""
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.0))
     steps = range(1, len(history) + 1)
@@ -29,22 +31,28 @@ def plot_training_curves(history: Sequence, title: str = "PPO on the toy LM", kl
 
 
 def show(fig, alt: str) -> None:
-    """Display ``fig`` as a PNG whose alternative text is ``alt``, then close it (so it is not shown twice)."""
+    """Display ``fig`` as a PNG whose alternative text is ``alt``, then close it (so it is not shown
+    twice)."""
     if not isinstance(alt, str) or len(alt.strip()) < 10:
         raise ValueError(f"alt must describe the figure in words (a sentence), got {alt!r}")
-    from IPython.display import display  # only notebooks show figures; the library itself does not need IPython
+    from IPython.display import (
+        display,
+    )  # only notebooks show figures; the library itself does not need IPython
 
     display(fig, metadata={"image/png": {"alt": alt.strip()}})
     plt.close(fig)
 
 
 def plot_gae_trace(words: Sequence[str], rewards, values, advantages, returns, title: str = ""):
-    """One response token by token: shaped reward R_t (bars), V(s_t), A_t and G_t = A_t + V(s_t) (lines)."""
+    """One response token by token: shaped reward R_t (bars), V(s_t), A_t and G_t = A_t + V(s_t)
+    (lines)."""
     fig, ax = plt.subplots(figsize=(10, 3.4))
     x = range(len(words))
     ax.bar(x, rewards, color="tab:orange", alpha=0.6, label=r"shaped reward $R_t$")
     ax.plot(x, values, marker="o", c="tab:green", label=r"critic $V(s_t)$")
-    ax.plot(x, advantages, marker="s", c="tab:blue", label=r"advantage $A_t$ (GAE, before whitening)")
+    ax.plot(
+        x, advantages, marker="s", c="tab:blue", label=r"advantage $A_t$ (GAE, before whitening)"
+    )
     ax.plot(x, returns, marker="^", ls="--", c="tab:purple", label=r"return $G_t = A_t + V(s_t)$")
     ax.axhline(0, c="gray", lw=0.8)
     ax.set_xticks(list(x), list(words), fontsize=9)
@@ -56,8 +64,11 @@ def plot_gae_trace(words: Sequence[str], rewards, values, advantages, returns, t
     return fig
 
 
-def plot_response_shape(history: Sequence, end_share: Sequence[float], title: str = "What the policy learned to do"):
-    """Three panels over PPO steps: good tokens per response (the reward), response length, share ending in <|end|>."""
+def plot_response_shape(
+    history: Sequence, end_share: Sequence[float], title: str = "What the policy learned to do"
+):
+    """Three panels over PPO steps: good tokens per response (the reward), response length, share
+    ending in <|end|>."""
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.0))
     steps = range(1, len(history) + 1)
     series = (

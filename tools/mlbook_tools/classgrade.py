@@ -32,7 +32,9 @@ def _init(course: str, assignment: str, trusted: bool, budget: float, limits: di
     for key, value in limits.items():  # e.g. {"CELL_SECONDS": 8}: shorter deadlines for tests
         setattr(driver, key, value)
     source_nb, checks, secret = grading.load_course(pathlib.Path(course), assignment)
-    _WORKER.update(source_nb=source_nb, checks=checks, secret=secret, trusted=trusted, budget=budget)
+    _WORKER.update(
+        source_nb=source_nb, checks=checks, secret=secret, trusted=trusted, budget=budget
+    )
 
 
 def _grade_one(student: str, path: str) -> dict:
@@ -80,7 +82,9 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             gb.find_assignment(assignment)
         except MissingEntry:
             gb = None
-    if gb is None:  # the assignment was never generated in this course: nbgrader fills the gradebook
+    if (
+        gb is None
+    ):  # the assignment was never generated in this course: nbgrader fills the gradebook
         grading.run_nbgrader(["generate_assignment", assignment, "--force"], course)
     state_dir = course / ".mlbook_grading" / assignment
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +105,10 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         jobs.append((student, str(nb_path), fp))
     for folder in sorted(course.glob(f"submitted/*/{assignment}")):
         if not (folder / f"{assignment}.ipynb").exists():
-            print(f"{folder.parent.name:20s} no {assignment}.ipynb in the submission folder: nothing to grade", file=out)
+            print(
+                f"{folder.parent.name:20s} no {assignment}.ipynb in the submission folder: nothing to grade",
+                file=out,
+            )
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
     bar = None
@@ -111,7 +118,9 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
     ctx = multiprocessing.get_context("forkserver")
     init = (str(course), assignment, trusted, budget, limits or {})
-    with cf.ProcessPoolExecutor(min(workers, max(len(jobs), 1)), ctx, initializer=_init, initargs=init) as pool:
+    with cf.ProcessPoolExecutor(
+        min(workers, max(len(jobs), 1)), ctx, initializer=_init, initargs=init
+    ) as pool:
         futures = {pool.submit(_grade_one, s, p): (s, fp) for s, p, fp in jobs}
         for fut in cf.as_completed(futures):
             student, fp = futures[fut]
@@ -124,7 +133,9 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             try:
                 grading.record(course, assignment, student, result, source_nb, notebook)
             except Exception as err:  # noqa: BLE001
-                result.setdefault("problems", []).append(f"could not record the grade: {type(err).__name__}: {err}")
+                result.setdefault("problems", []).append(
+                    f"could not record the grade: {type(err).__name__}: {err}"
+                )
             result["fingerprint"] = fp
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
@@ -143,7 +154,11 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
 def _line(student: str, result: dict) -> str:
     ex = result.get("extra_credit", {})
     problems = result.get("problems", [])
-    failed = [k for k, g in result.get("grades", {}).items() if g["score"] < g["max_score"] and not k.startswith("ex")]
+    failed = [
+        k
+        for k, g in result.get("grades", {}).items()
+        if g["score"] < g["max_score"] and not k.startswith("ex")
+    ]
     text = (f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
             f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s")  # fmt: skip
     if failed:

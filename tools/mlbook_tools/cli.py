@@ -20,26 +20,55 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="mlbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="mlbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="generate every notebook form from solutions/chapter")
-    b.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated file is stale")
-    b.add_argument("--no-execute", action="store_true", help="keep the stored outputs of unchanged checked cells")
+    b.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a generated file is stale"
+    )
+    b.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="keep the stored outputs of unchanged checked cells",
+    )
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
     g.add_argument("path")
     g.add_argument("--assignment", default="rlhf_ppo")
-    g.add_argument("--timeout", type=int, default=None, help="wall-clock budget for the whole notebook in seconds")
+    g.add_argument(
+        "--timeout",
+        type=int,
+        default=None,
+        help="wall-clock budget for the whole notebook in seconds",
+    )
     g.add_argument("--json", action="store_true", help="print the result as JSON")
-    g.add_argument("--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)")
-    c = sub.add_parser("grade-class", help="grade every submission of an nbgrader course, in parallel")
-    c.add_argument("--course", default=None, help="the nbgrader course folder (default: the repo's autograde/)")
+    g.add_argument(
+        "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
+    )
+    c = sub.add_parser(
+        "grade-class", help="grade every submission of an nbgrader course, in parallel"
+    )
+    c.add_argument(
+        "--course", default=None, help="the nbgrader course folder (default: the repo's autograde/)"
+    )
     c.add_argument("--assignment", default="rlhf_ppo")
-    c.add_argument("--workers", type=int, default=None, help="parallel gradings (default: the number of cores)")
-    c.add_argument("--force", action="store_true", help="regrade submissions already graded and unchanged")
+    c.add_argument(
+        "--workers", type=int, default=None, help="parallel gradings (default: the number of cores)"
+    )
+    c.add_argument(
+        "--force", action="store_true", help="regrade submissions already graded and unchanged"
+    )
     c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per submission")
-    c.add_argument("--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)")
-    d = sub.add_parser("student-dist", help="write the student distribution (library wheel + released notebooks)")
-    d.add_argument("--out", default=None, help="output folder (default: [tool.mlbook] student-dist)")
+    c.add_argument(
+        "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
+    )
+    d = sub.add_parser(
+        "student-dist", help="write the student distribution (library wheel + released notebooks)"
+    )
+    d.add_argument(
+        "--out", default=None, help="output folder (default: [tool.mlbook] student-dist)"
+    )
     args = ap.parse_args(argv)
 
     if args.command == "student-dist":
@@ -56,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
 
     trusted = sandbox.trusted_mode(args.no_sandbox)
     if trusted:
-        print("warning: grading WITHOUT the sandbox (--no-sandbox / MLBOOK_TRUSTED=1): trusted files only", file=sys.stderr)
+        print(
+            "warning: grading WITHOUT the sandbox (--no-sandbox / MLBOOK_TRUSTED=1): trusted files only",
+            file=sys.stderr,
+        )
     if args.command == "grade-class":
         from mlbook_tools.classgrade import grade_class
         from mlbook_tools.config import layout
@@ -64,11 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         course = pathlib.Path(args.course) if args.course else layout().course
         kwargs = {"budget": args.budget} if args.budget else {}
         try:
-            results = grade_class(course, args.assignment, args.workers, args.force, trusted, **kwargs)
+            results = grade_class(
+                course, args.assignment, args.workers, args.force, trusted, **kwargs
+            )
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        print(f"{len(results)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top")
+        print(
+            f"{len(results)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top"
+        )
         return 0
 
     from mlbook_tools.grading import grade_notebook
@@ -76,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
     except sandbox.SandboxUnavailable as err:
-        print(f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.", file=sys.stderr)
+        print(
+            f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.",
+            file=sys.stderr,
+        )
         return 2
     except (driver.CannotGrade, FileNotFoundError) as err:
         print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)

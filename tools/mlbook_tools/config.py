@@ -37,7 +37,9 @@ def find_root(start: str | os.PathLike | None = None) -> pathlib.Path:
     if env:
         root = pathlib.Path(env).resolve()
         if _table(root / "pyproject.toml") is None:
-            raise FileNotFoundError(f"MLBOOK_ROOT={env} has no pyproject.toml with a [tool.mlbook] table")
+            raise FileNotFoundError(
+                f"MLBOOK_ROOT={env} has no pyproject.toml with a [tool.mlbook] table"
+            )
         return root
     here = pathlib.Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):

@@ -102,12 +102,22 @@ def _definitional(source: str) -> str:
         return ""
     lines, kept = source.splitlines(), []
     for node in tree.body:
-        seg = "\n".join(lines[node.lineno - 1 - len(getattr(node, "decorator_list", [])) : node.end_lineno])
+        seg = "\n".join(
+            lines[node.lineno - 1 - len(getattr(node, "decorator_list", [])) : node.end_lineno]
+        )
         if isinstance(node, ast.Import | ast.ImportFrom):
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            modules = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+            )
             if any(m.split(".")[0] in SKIP_IMPORTS or m in SKIP_IMPORTS for m in modules):
                 continue
-            kept.append("try:\n" + "\n".join("    " + s for s in seg.splitlines()) + "\nexcept ImportError:\n    pass")
+            kept.append(
+                "try:\n"
+                + "\n".join("    " + s for s in seg.splitlines())
+                + "\nexcept ImportError:\n    pass"
+            )
         elif isinstance(node, ast.FunctionDef | ast.ClassDef):
             kept.append(seg)
         elif isinstance(node, ast.Assign | ast.AnnAssign):
@@ -147,7 +157,9 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         if not isinstance(cells, list):
             raise ValueError("no cell list")
     except Exception as err:  # noqa: BLE001 - bad JSON, wrong schema, binary junk: all cannot-grade
-        raise CannotGrade(f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})") from None
+        raise CannotGrade(
+            f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
+        ) from None
     by_id: dict[str, dict] = {}
     for cell in cells:
         gid = _meta(cell).get("grade_id")
@@ -164,12 +176,21 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         if meta.get("grade") and meta.get("solution"):
             manual.append((gid, float(meta.get("points", 0))))
             if gid not in by_id:
-                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+                problems.append(
+                    f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
+                )
             continue
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(Test(gid, float(meta.get("points", 0)), _check_call(cell.source), gid.startswith(EXTRA_PREFIX)))
+            tests.append(
+                Test(
+                    gid,
+                    float(meta.get("points", 0)),
+                    _check_call(cell.source),
+                    gid.startswith(EXTRA_PREFIX),
+                )
+            )
             mine = by_id.get(gid)
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
@@ -177,11 +198,15 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         if meta.get("solution"):
             for name in _defined_names(cell.source):
                 names[name] = gid
-            if gid.endswith("_demo"):  # figures and sweeps for the manual questions: never run by the grader
+            if gid.endswith(
+                "_demo"
+            ):  # figures and sweeps for the manual questions: never run by the grader
                 continue
             mine = by_id.get(gid)
             if mine is None:
-                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+                problems.append(
+                    f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
+                )
                 continue
             src = mine.get("source", "")
             src = "".join(src) if isinstance(src, list) else str(src)
@@ -225,7 +250,9 @@ class Session:
                         continue
                     timeout = min(CELL_SECONDS if not trusted else 60.0, max(self.left(), 1.0))
                     try:
-                        reply, _ = self.runner.request({"op": "exec", "cell": gid, "source": source}, timeout=timeout)
+                        reply, _ = self.runner.request(
+                            {"op": "exec", "cell": gid, "source": source}, timeout=timeout
+                        )
                     except RunnerDied as err:
                         why = (f"did not finish within {timeout:.0f} s" if str(err) == "timeout"
                                else "stopped the Python process (a crash, os._exit, or the memory limit)")  # fmt: skip
@@ -268,8 +295,12 @@ class Session:
         except RunnerDied as err:
             name = target if isinstance(target, str) else "your code"
             if str(err) == "timeout":
-                raise AssertionError(f"calling {name} did not return within {timeout:.0f} s (an endless loop?)") from None
-            raise AssertionError(f"the process running {name} died (a crash, os._exit, or the memory limit)") from None
+                raise AssertionError(
+                    f"calling {name} did not return within {timeout:.0f} s (an endless loop?)"
+                ) from None
+            raise AssertionError(
+                f"the process running {name} died (a crash, os._exit, or the memory limit)"
+            ) from None
         if not reply.get("ok"):
             raise RemoteError(str(reply.get("error", "error"))[:1000])
         metas = reply.get("blobs", [])
@@ -280,7 +311,11 @@ class Session:
         if isinstance(after, list) and len(after) == len(tensors):
             for local, remote in zip(tensors, after, strict=True):
                 new = _decode(remote, rblobs, metas, self)
-                if isinstance(new, torch.Tensor) and new.shape == local.shape and new.dtype == local.dtype:
+                if (
+                    isinstance(new, torch.Tensor)
+                    and new.shape == local.shape
+                    and new.dtype == local.dtype
+                ):
                     if not torch.equal(new, local.detach()):
                         with torch.no_grad():
                             local.copy_(new)
@@ -348,13 +383,20 @@ def _decode(x, blobs, metas, session, depth=0):
             shape = [int(s) for s in meta["shape"]]
             n = math.prod(shape)
             raw = blobs[int(x["T"])]
-            if any(s < 0 for s in shape) or n > MAX_ELEMENTS or len(raw) != n * dtype.itemsize or len(shape) > 8:
+            if (
+                any(s < 0 for s in shape)
+                or n > MAX_ELEMENTS
+                or len(raw) != n * dtype.itemsize
+                or len(shape) > 8
+            ):
                 raise ValueError
         except (KeyError, ValueError, TypeError, IndexError):
             raise AssertionError("your function returned a malformed tensor") from None
         if n == 0:
             return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape).clone()
+        return (
+            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape).clone()
+        )
     if "tuple" in x:
         return tuple(_decode(v, blobs, metas, session, depth + 1) for v in x["tuple"])
     if "float" in x:
@@ -384,7 +426,11 @@ class _Attach(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, upstream):
-        return (None, None, *[None if g is None else upstream * g.to(upstream.dtype) for g in ctx.grads])
+        return (
+            None,
+            None,
+            *[None if g is None else upstream * g.to(upstream.dtype) for g in ctx.grads],
+        )
 
 
 def _attach(result, grads, leaves):
@@ -423,7 +469,9 @@ class Remote:
         except RunnerDied:
             raise AssertionError(f"the process running {self.name} died") from None
         if not reply.get("ok"):
-            raise AssertionError(f"{self.name}.{attr} is not available: {str(reply.get('error'))[:300]}")
+            raise AssertionError(
+                f"{self.name}.{attr} is not available: {str(reply.get('error'))[:300]}"
+            )
         value = _decode(reply.get("result"), rblobs, reply.get("blobs", []), self.session)
         if isinstance(value, Remote):
             object.__setattr__(value, "name", f"{self.name}.{attr}")
@@ -447,8 +495,14 @@ def _reference_with(proxies: dict) -> dict:
     ns = dict(vars(ppo_lm))
     ns.update(proxies)
     for name, obj in vars(ppo_lm).items():
-        if isinstance(obj, types.FunctionType) and obj.__module__ == ppo_lm.__name__ and name not in proxies:
-            fn = types.FunctionType(obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__)
+        if (
+            isinstance(obj, types.FunctionType)
+            and obj.__module__ == ppo_lm.__name__
+            and name not in proxies
+        ):
+            fn = types.FunctionType(
+                obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__
+            )
             fn.__kwdefaults__ = obj.__kwdefaults__
             ns[name] = fn
     return ns
@@ -480,7 +534,9 @@ def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str
     try:
         session = Session(plan, trusted, deadline)
     except RunnerDied:
-        plan.problems.append("the notebook's code could not be loaded: it crashed or hung the Python process repeatedly")
+        plan.problems.append(
+            "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"
+        )
     try:
         for test in plan.tests:
             t0 = time.monotonic()
@@ -501,11 +557,17 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         return Verdict(test.grade_id, test.points, test.points if ok else 0.0, message, test.extra)
 
     if test.call is None:
-        return verdict(False, "this test is not a graded check the sandboxed grader knows; it needs manual grading")
+        return verdict(
+            False,
+            "this test is not a graded check the sandboxed grader knows; it needs manual grading",
+        )
     if session is None:
         return verdict(False, "not run: the notebook's code could not be loaded")
     if time.monotonic() >= deadline:
-        return verdict(False, "not run: the time budget for this submission ran out (an earlier cell or call was too slow)")
+        return verdict(
+            False,
+            "not run: the time budget for this submission ran out (an earlier cell or call was too slow)",
+        )
     fname, args = _parse_call(test.call)
     check = getattr(checks, fname, None)
     if check is None:
@@ -516,23 +578,34 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         return verdict(False, "not run: the notebook's code crashes or hangs the Python process")
     student_args = [a for a in args if a in plan.student_names]
     defined = session.defined(list(plan.student_names))
-    proxies = {name: Remote(session, name, name=name) for name in plan.student_names if name in defined}
+    proxies = {
+        name: Remote(session, name, name=name) for name in plan.student_names if name in defined
+    }
     missing = [a for a in student_args if a not in defined]
     reference = None
     if any(a not in plan.student_names for a in args):
         reference = _reference_with(proxies)
-        needed = [n for n in plan.student_names if n in reference and n not in defined and _uses(reference, args, n)]
+        needed = [
+            n
+            for n in plan.student_names
+            if n in reference and n not in defined and _uses(reference, args, n)
+        ]
         missing += needed
     if missing:
         why = []
         for name in dict.fromkeys(missing):
             gid = plan.student_names.get(name)
-            reason = session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
+            reason = (
+                session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
+            )
             why.append(f"{name} is not available ({reason})")
         return verdict(False, "; ".join(why))
     call_args = [proxies[a] if a in proxies else reference[a] for a in args]
     seed = check_seed(secret, student, test.grade_id)
-    session_deadline, session.deadline = session.deadline, min(deadline, time.monotonic() + CHECK_SECONDS)
+    session_deadline, session.deadline = (
+        session.deadline,
+        min(deadline, time.monotonic() + CHECK_SECONDS),
+    )
     try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
@@ -545,7 +618,10 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     except RunnerDied:
         return verdict(False, "the process running your code died during this test")
     except Exception as err:  # noqa: BLE001 - a value the check could not even compare
-        return verdict(False, f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}")
+        return verdict(
+            False,
+            f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
+        )
     finally:
         session.deadline = session_deadline
 
@@ -571,8 +647,14 @@ def summarise(verdicts: list[Verdict]) -> dict:
     return {
         "score": sum(v.score for v in core),
         "max_score": sum(v.points for v in core),
-        "extra_credit": {"score": sum(v.score for v in extra), "max_score": sum(v.points for v in extra)},
-        "grades": {v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message} for v in verdicts},
+        "extra_credit": {
+            "score": sum(v.score for v in extra),
+            "max_score": sum(v.points for v in extra),
+        },
+        "grades": {
+            v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message}
+            for v in verdicts
+        },
     }
 
 

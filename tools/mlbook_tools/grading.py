@@ -26,7 +26,9 @@ from nbgrader.plugins import ExportPlugin
 
 from mlbook_tools.config import layout
 
-CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
+CODE_STUB = (
+    '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
+)
 EXTRA_PREFIX = "ex"
 
 
@@ -99,20 +101,30 @@ class CapOutputs(Preprocessor):
     def preprocess_cell(self, cell, resources, index):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream" and len(out.get("text", "")) > self.limit:
-                out["text"] = out["text"][: self.limit] + f"\n... [{len(out['text']) - self.limit} more characters]"
+                out["text"] = (
+                    out["text"][: self.limit]
+                    + f"\n... [{len(out['text']) - self.limit} more characters]"
+                )
             for key, value in list(out.get("data", {}).items()):
                 if key.startswith("text/") and isinstance(value, str) and len(value) > self.limit:
                     out["data"][key] = value[: self.limit] + "\n... [cut]"
         return cell, resources
 
 
-def run_nbgrader(args: list[str], cwd: pathlib.Path, check: bool = True) -> subprocess.CompletedProcess:
+def run_nbgrader(
+    args: list[str], cwd: pathlib.Path, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run an nbgrader command in ``cwd`` with this interpreter (its bin/ first on PATH: nbgrader calls alembic)."""
-    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     cmd = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"]
     run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if check and run.returncode != 0:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}")
+        raise RuntimeError(
+            f"nbgrader {' '.join(args)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+        )
     return run
 
 
@@ -129,7 +141,10 @@ def submission_scores(submission) -> dict:
     extra = {k: v for k, v in grades.items() if k.startswith(EXTRA_PREFIX)}
 
     def total(part):
-        return {"score": sum(g["score"] for g in part.values()), "max_score": sum(g["max_score"] for g in part.values())}
+        return {
+            "score": sum(g["score"] for g in part.values()),
+            "max_score": sum(g["max_score"] for g in part.values()),
+        }
 
     return {**total(core), "grades": grades, "extra_credit": total(extra)}
 
@@ -166,7 +181,11 @@ class CoreExtraCsvExport(ExportPlugin):
                     except MissingEntry:  # no submission: zero, like nbgrader's own export
                         sub = None
                     if sub is None:
-                        scores = {"score": 0.0, "max_score": None, "extra_credit": {"score": 0.0, "max_score": None}}
+                        scores = {
+                            "score": 0.0,
+                            "max_score": None,
+                            "extra_credit": {"score": 0.0, "max_score": None},
+                        }
                         manual = False
                     else:
                         scores, manual = submission_scores(sub), bool(sub.needs_manual_grade)
@@ -189,7 +208,11 @@ def load_course(course: pathlib.Path, assignment: str):
     source = course / "source" / assignment / f"{assignment}.ipynb"
     if not source.exists():
         raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
-    return nbformat.read(source, as_version=4), driver.load_checks(layout().checks), driver.course_secret(course)
+    return (
+        nbformat.read(source, as_version=4),
+        driver.load_checks(layout().checks),
+        driver.course_secret(course),
+    )
 
 
 def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
@@ -200,8 +223,12 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     try:
         plan = driver.make_plan(source_nb, text)
     except driver.CannotGrade as err:
-        tests = driver.make_plan(source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}').tests
-        verdicts = [driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra) for t in tests]
+        tests = driver.make_plan(
+            source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+        ).tests
+        verdicts = [
+            driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra) for t in tests
+        ]
         return {**driver.summarise(verdicts), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
                 "seconds": 0.0}, None  # fmt: skip
     kwargs = {"budget": budget} if budget else {}
@@ -223,12 +250,18 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
         text = pathlib.Path(path).read_text(errors="replace")
     except OSError as err:
         raise driver.CannotGrade(f"cannot read {path}: {err}") from None
-    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, budget=timeout)
+    result, _ = grade_submission(
+        text, source_nb, checks, secret, student, trusted=trusted, budget=timeout
+    )
     return result
 
 
 def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters not shown]"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n... [{len(text) - limit} more characters not shown]"
+    )
 
 
 def _cap_outputs(outputs: list) -> list:
@@ -267,7 +300,11 @@ def autograded_notebook(source_nb, plan, result: dict):
     student = plan.notebook if plan is not None else None
     by_id, extras, last = {}, {None: []}, None
     for cell in student.cells if student is not None else []:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") if isinstance(cell.get("metadata"), dict) else None
+        gid = (
+            cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if isinstance(cell.get("metadata"), dict)
+            else None
+        )
         if isinstance(gid, str) and gid not in by_id:
             by_id[gid], last = cell, gid
             extras.setdefault(gid, [])
@@ -275,7 +312,10 @@ def autograded_notebook(source_nb, plan, result: dict):
             extras.setdefault(last, []).append(cell)
     cells = []
     if result.get("error") or result.get("problems"):
-        lines = [f"* {p}" for p in ([result["error"]] if result.get("error") else []) + result.get("problems", [])]
+        lines = [
+            f"* {p}"
+            for p in ([result["error"]] if result.get("error") else []) + result.get("problems", [])
+        ]
         cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
     cells += [copy.deepcopy(c) for c in extras[None]]
     for src in source_nb.cells:
@@ -290,13 +330,21 @@ def autograded_notebook(source_nb, plan, result: dict):
             cell.source = ""
         if cell.cell_type == "code":
             cell.source = _without_hidden(cell.source) if meta.get("grade") else cell.source
-            cell.outputs = _cap_outputs(mine.get("outputs", [])) if mine is not None and not meta.get("grade") else []
+            cell.outputs = (
+                _cap_outputs(mine.get("outputs", []))
+                if mine is not None and not meta.get("grade")
+                else []
+            )
             cell.execution_count = None
             if meta.get("grade") and gid in result["grades"]:
                 g = result["grades"][gid]
                 if g["score"] >= g["max_score"]:
                     cell.outputs = [
-                        nbformat.v4.new_output("stream", name="stdout", text=f"passed ({g['score']:g} / {g['max_score']:g})\n")
+                        nbformat.v4.new_output(
+                            "stream",
+                            name="stdout",
+                            text=f"passed ({g['score']:g} / {g['max_score']:g})\n",
+                        )
                     ]
                 else:
                     message = _cap(g["message"])
@@ -313,7 +361,14 @@ def autograded_notebook(source_nb, plan, result: dict):
     return nb
 
 
-def record(course: pathlib.Path, assignment: str, student: str, result: dict, source_nb, notebook: str | None) -> None:
+def record(
+    course: pathlib.Path,
+    assignment: str,
+    student: str,
+    result: dict,
+    source_nb,
+    notebook: str | None,
+) -> None:
     """Scores into the nbgrader gradebook (through its API) and the autograded notebook next to it."""
     from nbgrader.api import Gradebook
 
@@ -322,7 +377,10 @@ def record(course: pathlib.Path, assignment: str, student: str, result: dict, so
     out.parent.mkdir(parents=True, exist_ok=True)
     if notebook:
         out.write_text(notebook)
-    with Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb, warnings.catch_warnings():
+    with (
+        Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb,
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")  # SQLAlchemy autoflush notes from inside nbgrader's own API
         gb.update_or_create_student(student)
         gb.update_or_create_submission(assignment, student)

@@ -114,7 +114,11 @@ def main():
             meta = metas[x["T"]]
             dtype = DTYPES[meta["dtype"]]
             if meta["nbytes"]:
-                t = torch.frombuffer(bytearray(blobs[x["T"]]), dtype=torch.uint8).view(dtype).reshape(meta["shape"])
+                t = (
+                    torch.frombuffer(bytearray(blobs[x["T"]]), dtype=torch.uint8)
+                    .view(dtype)
+                    .reshape(meta["shape"])
+                )
             else:
                 t = torch.empty(meta["shape"], dtype=dtype)
             if meta.get("requires_grad"):
@@ -149,7 +153,12 @@ def main():
     def error_text(err):
         frames = traceback.extract_tb(err.__traceback__)
         where = next(
-            (f"line {f.lineno} of cell {f.filename[6:-1]}" for f in reversed(frames) if f.filename.startswith("<cell ")), ""
+            (
+                f"line {f.lineno} of cell {f.filename[6:-1]}"
+                for f in reversed(frames)
+                if f.filename.startswith("<cell ")
+            ),
+            "",
         )
         text = f"{type(err).__name__}: {err}"[:2000]
         return text + (f" ({where})" if where else "")
@@ -176,7 +185,9 @@ def main():
                 fn = handles[target] if isinstance(target, int) else namespace[target]
                 if req.get("method"):
                     fn = getattr(fn, req["method"])
-                tensor_args = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+                tensor_args = [
+                    a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)
+                ]
                 result = fn(*args, **kwargs)
                 first = result[0] if isinstance(result, tuple | list) and result else result
                 grads, graph = [], False
@@ -195,7 +206,10 @@ def main():
                 reply = {"ok": True, "result": encode(result, out), "graph": graph, "grads": grads,
                          "after": after, "attrs": attrs}  # fmt: skip
             elif req["op"] == "getattr":
-                reply = {"ok": True, "result": encode(getattr(handles[req["target"]], req["name"]), out)}
+                reply = {
+                    "ok": True,
+                    "result": encode(getattr(handles[req["target"]], req["name"]), out),
+                }
             else:
                 reply = {"ok": False, "error": f"unknown op {req['op']!r}"}
         except BaseException as err:  # noqa: BLE001 - every failure of student code is a reply
@@ -206,7 +220,10 @@ def main():
         try:
             write_frame(rep_fd, reply, out)
         except Exception as err:  # noqa: BLE001 - an unencodable result is the student's problem
-            write_frame(rep_fd, {"ok": False, "error": f"result could not be sent back: {type(err).__name__}"})
+            write_frame(
+                rep_fd,
+                {"ok": False, "error": f"result could not be sent back: {type(err).__name__}"},
+            )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
     roots: set[pathlib.Path] = set()
     spec = importlib.util.find_spec("mlbook")
     if spec is None or not spec.submodule_search_locations:
-        raise SandboxUnavailable("the student library `mlbook` is not installed in this environment")
+        raise SandboxUnavailable(
+            "the student library `mlbook` is not installed in this environment"
+        )
     roots.update(pathlib.Path(p).resolve() for p in spec.submodule_search_locations)
     seen, todo = set(), ["mlbook"]
     while todo:
@@ -105,11 +107,20 @@ def seccomp_program() -> bytes | None:
     if platform.machine() not in _ARCH:
         return None
     arch, nr = _ARCH[platform.machine()]
-    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    LD, JEQ, JSET, RET = (
+        0x20,
+        0x15,
+        0x45,
+        0x06,
+    )  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
     ALLOW, ERRNO = 0x7FFF0000, 0x00050000
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, arch), (RET, 0, 0, ALLOW), (LD, 0, 0, 0)]
     # the jump targets below are counted from the instruction after each jump
-    tail = [(RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | 11), (RET, 0, 0, ERRNO | 38)]  # allow, EAGAIN, ENOSYS
+    tail = [
+        (RET, 0, 0, ALLOW),
+        (RET, 0, 0, ERRNO | 11),
+        (RET, 0, 0, ERRNO | 38),
+    ]  # allow, EAGAIN, ENOSYS
     plain = [nr[k] for k in ("fork", "vfork") if k in nr]
     body = []
     n_checks = len(plain) + 2  # plain ones, clone3, clone
@@ -187,14 +198,22 @@ class _Drain(threading.Thread):
         self.stream, self.kept, self.total = stream, bytearray(), 0
 
     def run(self):
-        while chunk := self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536):
+        while (
+            chunk := self.stream.read1(65536)
+            if hasattr(self.stream, "read1")
+            else self.stream.read(65536)
+        ):
             self.total += len(chunk)
             if len(self.kept) < OUTPUT_CAP:
                 self.kept += chunk[: OUTPUT_CAP - len(self.kept)]
 
     def text(self) -> str:
         s = self.kept.decode("utf-8", "replace")
-        return s + (f"\n... [{self.total - len(self.kept)} more bytes not kept]" if self.total > len(self.kept) else "")
+        return s + (
+            f"\n... [{self.total - len(self.kept)} more bytes not kept]"
+            if self.total > len(self.kept)
+            else ""
+        )
 
 
 class Runner:
@@ -209,9 +228,21 @@ class Runner:
         os.set_inheritable(rep_w, True)
         if trusted:
             roots, _, _ = _import_roots()
-            inner = [python_binary(), "-S", "-E", "-u", str(RUNNER), *sorted({str(r.parent) for r in roots})]
+            inner = [
+                python_binary(),
+                "-S",
+                "-E",
+                "-u",
+                str(RUNNER),
+                *sorted({str(r.parent) for r in roots}),
+            ]
             cmd = inner
-            env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HOME": "/tmp"}
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+                "HOME": "/tmp",
+            }
         else:
             program = seccomp_program()
             if program is not None:  # bwrap reads the filter from fd 5 (set up in the child below)
@@ -239,7 +270,9 @@ class Runner:
             self.request({"op": "defined", "names": []}, timeout=start_timeout)
         except RunnerDied as err:
             self.close()
-            raise SandboxUnavailable(f"the sandboxed runner did not start: {err}; stderr: {self.err.text()[-1500:]}") from None
+            raise SandboxUnavailable(
+                f"the sandboxed runner did not start: {err}; stderr: {self.err.text()[-1500:]}"
+            ) from None
 
     # ------------------------------------------------------------------ framing
     def _send(self, header: dict, blobs: list[tuple[dict, bytes]]):

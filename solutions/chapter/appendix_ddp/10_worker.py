@@ -9,8 +9,21 @@ import time
 import torch
 import torch.distributed as dist  # noqa: F401 (this import and the next ones serve the code shown below)
 from mlbook_solutions import ddp
-from mlbook_solutions.ddp import SAMPLING_SEED_STRIDE, RunConfig, build_models, checksum, flat_params  # noqa: F401
-from mlbook_solutions.ppo_lm import AdaptiveKLController, collect_rollouts, gae, ppo_update, sequence_kl, shaped_rewards  # noqa: F401
+from mlbook_solutions.ddp import (
+    SAMPLING_SEED_STRIDE,
+    RunConfig,
+    build_models,
+    checksum,
+    flat_params,
+)  # noqa: F401
+from mlbook_solutions.ppo_lm import (
+    AdaptiveKLController,
+    collect_rollouts,
+    gae,
+    ppo_update,
+    sequence_kl,
+    shaped_rewards,
+)  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: F401
 
 from mlbook.posttrain.masks import Reduce, masked_whiten  # noqa: F401

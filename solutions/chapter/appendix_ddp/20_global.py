@@ -41,7 +41,9 @@ rollout_path = os.path.join(workdir, "rollout.pt")
 batch = ddp.save_rollout_batch(rollout_path, seed=0, batch=8)
 m = batch["mask"]  # (8, T-1)
 print("rollout batch: tokens", tuple(batch["tokens"].shape), "response mask", tuple(m.shape))
-rewards = shaped_rewards(batch["scores"], batch["logp_old"], batch["logp_ref"], m, float(batch["beta"]))
+rewards = shaped_rewards(
+    batch["scores"], batch["logp_old"], batch["logp_ref"], m, float(batch["beta"])
+)
 adv, _ = gae(rewards, batch["values_old"], m)  # (8, T-1)
 halves = (slice(0, 4), slice(4, 8))
 for r, h in enumerate(halves):
@@ -72,12 +74,18 @@ with ddp.default_dtype(torch.float64):
     initial = ddp.build_models(0)
 start = ddp.flat_params(initial.policy, initial.critic)  # before the update
 print(f"parameters moved by the update (max abs): {(reference - start).abs().max():.2e}")
-print(f"2 ranks, global statistics   vs 1 process: max abs diff {(exact['params'] - reference).abs().max():.2e}")
-print(f"2 ranks, per-rank statistics vs 1 process: max abs diff {(naive['params'] - reference).abs().max():.2e}")
+print(
+    f"2 ranks, global statistics   vs 1 process: max abs diff {(exact['params'] - reference).abs().max():.2e}"
+)
+print(
+    f"2 ranks, per-rank statistics vs 1 process: max abs diff {(naive['params'] - reference).abs().max():.2e}"
+)
 BOUND = 1e-6  # what tests/test_ddp.py asserts
 print(f"bound asserted by the test: {BOUND:.0e}")
 same = [out["per_rank"][0]["checksum"] == out["per_rank"][1]["checksum"] for out in (exact, naive)]
-print(f"rank 0 and rank 1 hold the same parameters: global statistics {same[0]}, per-rank statistics {same[1]}")
+print(
+    f"rank 0 and rank 1 hold the same parameters: global statistics {same[0]}, per-rank statistics {same[1]}"
+)
 assert (exact["params"] - reference).abs().max() <= BOUND
 
 # %% [markdown]

@@ -12,14 +12,20 @@ cfg_kl = ddp.RunConfig(steps=6, batch=32, ppo_epochs=2, kl_target=0.2)
 runs = ddp.spawn([cfg_kl, dataclasses.replace(cfg_kl, local_kl=True)], world_size=2)
 print(cfg_kl)
 print(f"{'':>4} {'global KL':^33} | {'per-rank KL':^33}")
-print(f"{'step':>4} {'beta r0':>10} {'beta r1':>10} {'params equal':>12} | {'beta r0':>10} {'beta r1':>10} {'params equal':>12}")
+print(
+    f"{'step':>4} {'beta r0':>10} {'beta r1':>10} {'params equal':>12} | {'beta r0':>10} {'beta r1':>10} {'params equal':>12}"
+)
 for i in range(cfg_kl.steps):
     cells = []
     for out in runs:
         a, b = (r["steps"][i] for r in out["per_rank"])
-        cells.append(f"{a['beta_next']:10.5f} {b['beta_next']:10.5f} {str(a['checksum'] == b['checksum']):>12}")
+        cells.append(
+            f"{a['beta_next']:10.5f} {b['beta_next']:10.5f} {str(a['checksum'] == b['checksum']):>12}"
+        )
     print(f"{i + 1:4d} " + " | ".join(cells))
-print("\nper-rank KL run: the controller's error kl / target - 1 on each rank, before clipping to [-0.2, 0.2]")
+print(
+    "\nper-rank KL run: the controller's error kl / target - 1 on each rank, before clipping to [-0.2, 0.2]"
+)
 for i in range(cfg_kl.steps):
     errors = [r["steps"][i]["kl"] / cfg_kl.kl_target - 1 for r in runs[1]["per_rank"]]
     print(f"{i + 1:4d} " + " ".join(f"{e:+8.3f}" for e in errors))

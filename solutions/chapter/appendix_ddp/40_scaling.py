@@ -20,12 +20,19 @@ print(f"{'':24} {'step s':>7} {'generation':>10} {'forward':>10} {'update':>7}")
 step_time = {}
 for name, out in timed.items():
     later = out["steps"][1:]
-    mean = {k: sum(s[k] for s in later) / len(later) for k in ("step_s", "generation_s", "forward_s", "update_s")}
+    mean = {
+        k: sum(s[k] for s in later) / len(later)
+        for k in ("step_s", "generation_s", "forward_s", "update_s")
+    }
     step_time[name] = mean["step_s"]
-    print(f"{name:24} {mean['step_s']:7.3f} {mean['generation_s']:10.3f} {mean['forward_s']:10.3f} {mean['update_s']:7.3f}")
+    print(
+        f"{name:24} {mean['step_s']:7.3f} {mean['generation_s']:10.3f} {mean['forward_s']:10.3f} {mean['update_s']:7.3f}"
+    )
 one, two = (timed[k]["steps"][1:] for k in timed)
 gen_ratio = sum(s["generation_s"] for s in two) / sum(s["generation_s"] for s in one)
-print(f"speed-up of 2 ranks over 1 rank: {step_time['1 rank, 1 thread'] / step_time['2 ranks, 1 thread each']:.2f}x")
+print(
+    f"speed-up of 2 ranks over 1 rank: {step_time['1 rank, 1 thread'] / step_time['2 ranks, 1 thread each']:.2f}x"
+)
 print(f"CPU cores: {os.cpu_count()}, load average over the last minute: {os.getloadavg()[0]:.1f}")
 policy0, gen0 = ddp.build_models(0).policy, torch.Generator().manual_seed(0)
 alone = {64: [], 32: []}
@@ -34,7 +41,9 @@ for _ in range(10):
         t0 = time.perf_counter()
         sample(policy0, make_prompts(n, gen0), 8, END_ID, generator=gen0)
         alone[n].append(time.perf_counter() - t0)
-print(f"sampling in this process (fastest of 10): 64 sequences {min(alone[64]):.3f} s, 32 sequences {min(alone[32]):.3f} s")
+print(
+    f"sampling in this process (fastest of 10): 64 sequences {min(alone[64]):.3f} s, 32 sequences {min(alone[32]):.3f} s"
+)
 print(f"generation time, 32 / 64 sequences in one process: {min(alone[32]) / min(alone[64]):.2f}")
 print(f"generation time, 2 ranks / 1 rank:                 {gen_ratio:.2f}")
 

@@ -20,11 +20,15 @@ example = dict(
     beta=0.1,
 )
 kl_term = -example["beta"] * (example["logp_policy"] - example["logp_ref"])  # (4,)
-score_term = torch.tensor([0.0, 0.0, 0.0, example["score"]])  # the score arrives on the final token only
+score_term = torch.tensor(
+    [0.0, 0.0, 0.0, example["score"]]
+)  # the score arrives on the final token only
 R = kl_term + score_term
 rows = [
     f"| {t + 1} | {lp:+.1f} | {lr:+.1f} | {k:+.2f} | {s:.1f} | **{r:+.2f}** |"
-    for t, (lp, lr, k, s, r) in enumerate(zip(example["logp_policy"], example["logp_ref"], kl_term, score_term, R, strict=True))
+    for t, (lp, lr, k, s, r) in enumerate(
+        zip(example["logp_policy"], example["logp_ref"], kl_term, score_term, R, strict=True)
+    )
 ]
 display(
     Markdown(

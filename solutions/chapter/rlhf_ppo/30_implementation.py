@@ -31,18 +31,31 @@ r = shaped_rewards(
     torch.ones(1, 4), beta=0.1,
 )  # fmt: skip
 print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
-assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), "expected (-0.02, 0, +0.10, +1.50), the §1 table"
+assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), (
+    "expected (-0.02, 0, +0.10, +1.50), the §1 table"
+)
 ragged = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
 idx = last_response_index(ragged)
 assert [int(i) for i in idx] == [3, 4], f"last response index should be [3, 4], got {idx}"
-logp_pol, logp_ref = torch.full((2, 5), -1.0), torch.full((2, 5), -2.0)  # log-ratio +1 on every column
+logp_pol, logp_ref = (
+    torch.full((2, 5), -1.0),
+    torch.full((2, 5), -2.0),
+)  # log-ratio +1 on every column
 r = shaped_rewards(torch.tensor([2.0, 3.0]), logp_pol, logp_ref, ragged, beta=0.1)
-assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), "shaped_rewards modified logp_policy in place: compute a new tensor"
-assert (r[ragged == 0] == 0).all(), f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+assert torch.equal(logp_pol, torch.full((2, 5), -1.0)), (
+    "shaped_rewards modified logp_policy in place: compute a new tensor"
+)
+assert (r[ragged == 0] == 0).all(), (
+    f"prompt and padding positions must get nothing, not even the KL fee (mask it):\n{r}"
+)
 expected = -0.1 * ragged
 expected[0, 3], expected[1, 4] = expected[0, 3] + 2.0, expected[1, 4] + 3.0
-assert torch.allclose(r, expected, atol=1e-6), f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
-print("✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one")
+assert torch.allclose(r, expected, atol=1e-6), (
+    f"expected -0.1 on response tokens plus the score on the last one:\n{r}"
+)
+print(
+    "✓ shaped_rewards reproduces §1, charges the fee on response tokens only, and places scores on the last one"
+)
 
 # %% test="test_shaped_rewards_places_score_and_kl" points=2 check="check_shaped_rewards(shaped_rewards, last_response_index)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
@@ -64,15 +77,26 @@ print("✓ shaped_rewards reproduces §1, charges the fee on response tokens onl
 # %% needs_answers=true
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
-values = torch.tensor([[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]])  # 9.0 = junk off the response
+values = torch.tensor(
+    [[9.0, 0.5, 0.2, 0.8, 9.0, 9.0], [9.0, 9.0, 1.0, 1.1, 1.2, 1.5]]
+)  # 9.0 = junk off the response
 adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
 reward_to_go = rewards.flip(1).cumsum(1).flip(1) * mask
-print("advantages + values:", [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()])
-assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), "with gamma = lambda = 1, A + V must be the reward-to-go"
-assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), "the second output must be the returns G = A + V"
+print(
+    "advantages + values:",
+    [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()],
+)
+assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), (
+    "with gamma = lambda = 1, A + V must be the reward-to-go"
+)
+assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), (
+    "the second output must be the returns G = A + V"
+)
 adv95, _ = gae(rewards, values, mask, gamma=1.0, lam=0.95)
 assert not torch.allclose(adv95 * mask, adv * mask), "lambda = 0.95 should change the advantages"
-assert torch.allclose(gae(rewards, values, mask)[0], adv95), "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+assert torch.allclose(gae(rewards, values, mask)[0], adv95), (
+    "the defaults should be gamma = 1, lambda = 0.95 (§2.3)"
+)
 # Zero values on a 3-token response (then one padding column with a junk value) and a reward of 1 at its end:
 # A_t = (gamma * lambda)^(T - t) on the response, so both factors must discount and the junk must not leak in.
 one, v_pad, m_pad = (
@@ -85,7 +109,9 @@ for g, lam in ((0.5, 1.0), (1.0, 0.5)):
     assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
         f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
     )
-print("✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding")
+print(
+    "✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding"
+)
 
 # %% test="test_gae_matches_brute_force_and_mc_return" points=2 check="check_gae(gae)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
@@ -111,34 +137,50 @@ adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 logp_new = logp_old.clone().requires_grad_(True)
 loss, frac = ppo_clip_loss(logp_new, logp_old, adv, m, 0.2)
-assert isinstance(loss, torch.Tensor) and loss.requires_grad, "the loss must be a tensor that carries gradient to logp_new"
+assert isinstance(loss, torch.Tensor) and loss.requires_grad, (
+    "the loss must be a tensor that carries gradient to logp_new"
+)
 loss.backward()
 print(
     f"loss at ratio 1 = {float(loss.detach()):.4f}, gradient = {[round(g, 4) + 0.0 for g in logp_new.grad[0].tolist()]}, clip fraction = {float(frac):.3f}"
 )
-assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
-assert torch.allclose(logp_new.grad, -adv * m / 3), "at ratio 1 the gradient must be -A / (number of response tokens)"
+assert abs(float(loss.detach()) - 0.5 / 3) < 1e-6, (
+    f"at ratio 1 the loss must be -mean(A) over response tokens = {0.5 / 3:.4f}"
+)
+assert torch.allclose(logp_new.grad, -adv * m / 3), (
+    "at ratio 1 the gradient must be -A / (number of response tokens)"
+)
 
 old2 = torch.full((2, 4), -1.0)
 adv2 = torch.tensor([[1.0, -1.0, 1.0, 5.0], [2.0, 5.0, 5.0, 5.0]])
 m2 = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
-moved = torch.tensor([[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]])  # log-ratios; padding moved far, it must not count
+moved = torch.tensor(
+    [[0.5, -0.5, -0.5, 3.0], [0.0, 3.0, 3.0, 3.0]]
+)  # log-ratios; padding moved far, it must not count
 new2 = (old2 + moved).requires_grad_(True)
 loss, frac = ppo_clip_loss(new2, old2, adv2, m2, 0.2)
 loss.backward()
 per_token = [-1.2, 0.8, -math.exp(-0.5), -2.0]  # -min(r A, clip(r) A) for the four response tokens
-print(f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}")
+print(
+    f"moved batch: loss = {float(loss.detach()):.4f} (expected {sum(per_token) / 4:.4f}), clip fraction = {float(frac):.3f}"
+)
 assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
     "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
 )  # fmt: skip
 g = new2.grad
-assert g[0, 0] == 0 and g[0, 1] == 0, f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
-assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, "a token that moved against its advantage is unclipped: gradient -A*r/N"
+assert g[0, 0] == 0 and g[0, 1] == 0, (
+    f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
+)
+assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, (
+    "a token that moved against its advantage is unclipped: gradient -A*r/N"
+)
 assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
     f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
     f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
 )  # fmt: skip
-print("✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens")
+print(
+    "✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens"
+)
 
 # %% test="test_ppo_clip_loss_gradient_and_clipping" points=2 check="check_ppo_clip_loss(ppo_clip_loss)" tags=["nbval-check-output"]
 # Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
@@ -159,7 +201,9 @@ assert abs(float(vl) - expected) < 1e-6, (
     "value loss: 0.5 * max(unclipped, clipped-around-V_old) squared error, mean over response tokens"
 )
 wide = value_loss(v_new, v_old, ret, m, clip_eps=0.5)  # token 2 is now inside the clip: 0.25
-assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, "value_loss must clip at its clip_eps argument, not at 0.2"
+assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, (
+    "value_loss must clip at its clip_eps argument, not at 0.2"
+)
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %% test="test_value_loss_clipping" points=1 check="check_value_loss(value_loss)" tags=["nbval-check-output"]
@@ -175,11 +219,15 @@ print("✓ value_loss takes the worse of the clipped and unclipped errors")
 # %% needs_answers=true tags=["nbval-check-output"]
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 print(f"KL 12 (twice the target) -> beta {ctl.update(12.0):.4f}")
-assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
+assert abs(ctl.beta - 0.1 * 1.02) < 1e-12, (
+    "a KL far above target raises beta by at most 20 % / horizon, stored in self.beta"
+)
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10)
 assert abs(ctl.update(5.4) - 0.1 * 0.99) < 1e-12, "KL 10 % under target lowers beta by 1 %"
 ctl = AdaptiveKLController(beta=0.1, target=6.0, horizon=10_000)  # horizon counted in samples
-assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
+assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, (
+    "500 samples of a 10,000-sample horizon: step 0.2 * 500 / 10,000"
+)
 print("✓ AdaptiveKLController.update")
 
 # %% test="test_kl_controller_moves_beta_toward_target" points=1 check="check_kl_controller(AdaptiveKLController)" tags=["nbval-check-output"]
@@ -233,16 +281,22 @@ class RunLog:
     def __call__(self, policy):  # used as extra_loss: records, then adds nothing
         step = self.steps[-1]
         with torch.no_grad():
-            step["logp"].append(token_log_probs(policy(step["tokens"]), step["tokens"]) * step["mask"])  # (B, T-1)
+            step["logp"].append(
+                token_log_probs(policy(step["tokens"]), step["tokens"]) * step["mask"]
+            )  # (B, T-1)
             if len(step["logp"]) == 1:  # before the first optimiser step: the critic is still V_old
                 step["values"] = self.critic(step["tokens"])[:, :-1]
-                step["logp_ref"] = token_log_probs(self.ref(step["tokens"]), step["tokens"]) * step["mask"]
+                step["logp_ref"] = (
+                    token_log_probs(self.ref(step["tokens"]), step["tokens"]) * step["mask"]
+                )
         return torch.zeros(())
 
 
 # %% include="mlbook_solutions.run_toy:CHAPTER_RUN" needs_answers=true
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_cfg = dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN  # shorter while grading
+run_cfg = (
+    dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN
+)  # shorter while grading
 print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
@@ -309,10 +363,14 @@ for row in first["tokens"][:4]:
     print("  ", decode(row))
 print(f"{'':28}{'step 1':>8}{f'step {len(history)}':>9}")
 print(f"{'good tokens per response':28}{history[0].reward:8.2f}{history[-1].reward:9.2f}")
-print(f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}")
+print(
+    f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}"
+)
 print(f"{'responses ending in <|end|>':28}{end_share[0]:8.0%}{end_share[-1]:9.0%}")
 for name in ("<|pad|>", "<|bos|>"):
-    print(f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}")
+    print(
+        f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}"
+    )
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -359,10 +417,14 @@ A, G = gae(R, step["values"], m)  # (B, T-1) each, before whitening
 row = 0
 cols = m[row].nonzero().flatten()  # response columns of this row
 words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t scores tokens[:, t+1]
-print(f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})")
+print(
+    f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
+)
 print(f"{'t':>2} {'token':>8} {'R_t':>7} {'V(s_t)':>7} {'A_t':>7} {'G_t':>7}")
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    print(f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}")
+    print(
+        f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}"
+    )
 show(
     plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
                    title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
@@ -394,22 +456,30 @@ clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
     m = step["mask"]
     full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)
-    R = shaped_rewards(good_count_reward(step["tokens"], full_mask), step["logp"][0], step["logp_ref"], m, h.beta)
+    R = shaped_rewards(
+        good_count_reward(step["tokens"], full_mask), step["logp"][0], step["logp_ref"], m, h.beta
+    )
     adv = masked_whiten(gae(R, step["values"], m)[0], m)  # the advantages the update used
     log_r = (step["logp"][-1] - step["logp"][0]) * m  # (B, T-1) at the start of the last epoch
     r = log_r.exp()
     clip_out.append(float(masked_mean(((r - 1).abs() > 0.2).float(), m)))
-    clip_active.append(float(masked_mean((((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))).float(), m)))
+    clip_active.append(
+        float(masked_mean((((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))).float(), m))
+    )
     k3s.append(float(masked_mean(r - 1 - log_r, m)))
     k2s.append(float(masked_mean(0.5 * log_r**2, m)))
-    assert abs(clip_out[-1] - h.clip_frac) < 1e-6 and abs(k3s[-1] - h.approx_kl) < 1e-6  # same as ppo_update's
+    assert (
+        abs(clip_out[-1] - h.clip_frac) < 1e-6 and abs(k3s[-1] - h.approx_kl) < 1e-6
+    )  # same as ppo_update's
 n = len(history)
 gap_step = max(range(n), key=lambda i: clip_out[i] - clip_active[i])
 print(
     f"clip fraction, mean over {n} steps: ratio outside the band {sum(clip_out) / n:.3f}, "
     f"clipped term active (TRL) {sum(clip_active) / n:.3f}"
 )
-print(f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}")
+print(
+    f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}"
+)
 rel = [abs(a - b) / b for a, b in zip(k2s, k3s, strict=True) if b > 0]
 print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
       f"they differ by at most {max(rel):.1%} at any step")  # fmt: skip

@@ -33,7 +33,12 @@
 # %% tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
-from mlbook.posttrain.systems import format_memory_table, human_bytes, rlhf_memory_table, rlhf_over_pretraining
+from mlbook.posttrain.systems import (
+    format_memory_table,
+    human_bytes,
+    rlhf_memory_table,
+    rlhf_over_pretraining,
+)
 
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
@@ -49,7 +54,9 @@ display(Markdown(format_memory_table(toy_rows)))
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
-print(f"7B: {total_7b.bytes_per_param:.0f} bytes/param -> {human_bytes(total_7b.total_bytes)} of static state")
+print(
+    f"7B: {total_7b.bytes_per_param:.0f} bytes/param -> {human_bytes(total_7b.total_bytes)} of static state"
+)
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
@@ -79,7 +86,9 @@ variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
     "GRPO with a reward model (no critic)": 16 + 2 + 2,
     "GRPO with a verifier (policy + reference)": 16 + 2,
-    "PPO with LoRA policy and critic on one frozen base": 2 + 2 * 16 * lora_share + 2,  # base, two adapters, RM
+    "PPO with LoRA policy and critic on one frozen base": 2
+    + 2 * 16 * lora_share
+    + 2,  # base, two adapters, RM
 }
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
@@ -230,7 +239,9 @@ print(format_sweep(rows, [r["predicted"] for r in rows]))
 ratios = [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"] for r in rows]
 print(f"predicted / measured generation share: {min(ratios):.2f} to {max(ratios):.2f}")
 for n in lengths:
-    g = {r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n}
+    g = {
+        r["sampler"]: r["predicted"]["seconds"]["generation"] for r in rows if r["new_tokens"] == n
+    }
     print(f"{n:>3} new tokens: the model predicts a {g['naive'] / g['cached']:.1f}x speed-up")
 fixed = [r["predicted"]["latency_share"] for r in rows]
 print(f"fixed latency is {min(fixed):.0%} to {max(fixed):.0%} of the predicted step")

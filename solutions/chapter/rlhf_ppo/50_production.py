@@ -91,14 +91,26 @@ batch, horizon_samples, target = 64, 10_000, 6.0
 kls = [2.0, 5.0, 9.0, 12.0, 7.0, 6.5]  # a made-up KL trace (nats per sequence)
 beta_samples = beta_updates = 0.2
 for kl in kls:
-    beta_samples = controller_step(beta_samples, kl, target, n_steps=batch, horizon=horizon_samples)  # original units
-    beta_updates = controller_step(beta_updates, kl, target, n_steps=1, horizon=horizon_samples / batch)  # chapter units
-print(f"horizon {horizon_samples} samples at {batch} samples/update = {horizon_samples / batch:.1f} updates")
-print(f"beta after {len(kls)} updates: {beta_samples:.6f} (samples) vs {beta_updates:.6f} (updates)")
+    beta_samples = controller_step(
+        beta_samples, kl, target, n_steps=batch, horizon=horizon_samples
+    )  # original units
+    beta_updates = controller_step(
+        beta_updates, kl, target, n_steps=1, horizon=horizon_samples / batch
+    )  # chapter units
+print(
+    f"horizon {horizon_samples} samples at {batch} samples/update = {horizon_samples / batch:.1f} updates"
+)
+print(
+    f"beta after {len(kls)} updates: {beta_samples:.6f} (samples) vs {beta_updates:.6f} (updates)"
+)
 wrong = 0.2
 for kl in kls:
-    wrong = controller_step(wrong, kl, target, n_steps=1, horizon=horizon_samples)  # horizon in samples, n_steps=1
-print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow")
+    wrong = controller_step(
+        wrong, kl, target, n_steps=1, horizon=horizon_samples
+    )  # horizon in samples, n_steps=1
+print(
+    f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
+)
 
 # %% [markdown]
 # Three more habits of production code worth copying:
@@ -131,7 +143,9 @@ print(f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a 
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
 # %% needs_answers=true
-R_kl = torch.tensor([[0.02, -0.01, 0.03, 0.0]])  # KL terms of a 3-token response; column 3 is the slot after EOS
+R_kl = torch.tensor(
+    [[0.02, -0.01, 0.03, 0.0]]
+)  # KL terms of a 3-token response; column 3 is the slot after EOS
 v = torch.tensor([[0.4, 0.5, 0.7, 0.6]])  # critic values; V_slot = 0.6
 r_phi, lam = 1.0, 0.95
 on_eos, after_eos = R_kl.clone(), R_kl.clone()

@@ -31,7 +31,10 @@ from mlbook.posttrain.toy_lm import DemoBatch, demonstration_batch, sft_loss, to
 # %% solution="ex1_shaped_rewards"
 ex1_logp_policy = torch.tensor([[-1.0, -0.5, -2.0, -0.1]])
 ex1_logp_ref = torch.tensor([[-1.2, -0.5, -1.0, -0.1]])
-ex1_score, ex1_mask = torch.tensor([1.5]), torch.ones(1, 4)  # one response of four tokens, no prompt, no padding
+ex1_score, ex1_mask = (
+    torch.tensor([1.5]),
+    torch.ones(1, 4),
+)  # one response of four tokens, no prompt, no padding
 ### BEGIN SOLUTION
 ex1_rewards_01 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_mask, beta=0.1)
 ex1_rewards_02 = shaped_rewards(ex1_score, ex1_logp_policy, ex1_logp_ref, ex1_mask, beta=0.2)
@@ -47,7 +50,9 @@ assert torch.allclose(ex1_rewards_01, torch.tensor([[-0.02, 0.0, 0.1, 1.5]]), at
 )
 ex1_log_ratio = float((ex1_logp_policy - ex1_logp_ref).sum())
 print("beta = 0.2 rewards:", [round(x, 4) + 0.0 for x in ex1_rewards_02[0].tolist()])
-print(f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}")
+print(
+    f"return at beta = 0.1: {float(ex1_rewards_01.sum()):.2f}   at beta = 0.2: {float(ex1_rewards_02.sum()):.2f}"
+)
 print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
 
 # %% [markdown] manual="ex1_larger_beta" points=1
@@ -79,11 +84,16 @@ print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2
 # %% needs_answers=true tags=["nbval-check-output"]
 # Check for exercise 2 (not graded): your reward_to_go against a plain loop, then your gae against it.
 ex2_mask = torch.tensor(
-    [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]], dtype=torch.float64
+    [[0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0, 0]],
+    dtype=torch.float64,
 )
 ex2_gen = torch.Generator().manual_seed(7)
-ex2_rewards = (torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1) * ex2_mask
-ex2_values = torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2  # non-zero on padding too
+ex2_rewards = (
+    torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 2 - 1
+) * ex2_mask
+ex2_values = (
+    torch.rand(ex2_mask.shape, generator=ex2_gen, dtype=torch.float64) * 4 - 2
+)  # non-zero on padding too
 ex2_loop = torch.zeros_like(ex2_rewards)
 for ex2_b in range(ex2_mask.shape[0]):
     ex2_running = 0.0
@@ -91,12 +101,19 @@ for ex2_b in range(ex2_mask.shape[0]):
         ex2_running += float(ex2_rewards[ex2_b, ex2_t] * ex2_mask[ex2_b, ex2_t])
         ex2_loop[ex2_b, ex2_t] = ex2_running * float(ex2_mask[ex2_b, ex2_t])
 ex2_mine = reward_to_go(ex2_rewards, ex2_mask)
-assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), "reward_to_go differs from the loop on the response"
+assert torch.allclose(ex2_mine * ex2_mask, ex2_loop, atol=1e-10), (
+    "reward_to_go differs from the loop on the response"
+)
 ex2_adv, ex2_ret = gae(ex2_rewards, ex2_values, ex2_mask, gamma=1.0, lam=1.0)
 ex2_gap = float(((ex2_adv + ex2_values - ex2_loop) * ex2_mask).abs().max())
-assert ex2_gap < 1e-6, f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
+assert ex2_gap < 1e-6, (
+    f"advantages + values differs from the reward-to-go by {ex2_gap:.3g} on the response"
+)
 print(f"largest |advantages + values - reward-to-go| on response tokens: {ex2_gap:.1e}")
-print("row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =", [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()])
+print(
+    "row 0 (3 prompt tokens, 3 response tokens, 2 of padding): G =",
+    [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()],
+)
 
 # %% [markdown] manual="ex2_telescoping" points=1
 # With $\gamma = \lambda = 1$ the advantage is the plain sum of TD errors from $t$ to the last response
@@ -204,14 +221,27 @@ _lm = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked, far from uniform
 _term = make_ptx_loss(demonstration_batch(), 0.5)
 assert callable(_term), "make_ptx_loss must return a function of the policy"
 _value = _term(_lm)
-assert isinstance(_value, torch.Tensor) and _value.numel() == 1, "extra_loss(policy) must return a scalar tensor"
-assert _value.requires_grad, "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+assert isinstance(_value, torch.Tensor) and _value.numel() == 1, (
+    "extra_loss(policy) must return a scalar tensor"
+)
+assert _value.requires_grad, (
+    "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
+)
 
 # %% solution="ex4_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
-from mlbook_solutions.exercises import PTX, demonstration_floor, format_summary, load_results, plot_ptx, summarise
+from mlbook_solutions.exercises import (
+    PTX,
+    demonstration_floor,
+    format_summary,
+    load_results,
+    plot_ptx,
+    summarise,
+)
 
-ex4_results = load_results()  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
+ex4_results = (
+    load_results()
+)  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
 ex4_summary = summarise(ex4_results)
 print(
     f"{len(PTX['seeds'])} seeds x ptx_coef in {PTX['ptx_coefs']}: {PTX['steps']} PPO steps on {PTX['batch']} prompts, "
@@ -221,11 +251,15 @@ print("per-seed statistics, mean ± std [min, max] over seeds:")
 print(format_summary({k: v for k, v in ex4_summary.items() if k.startswith(("plain", "ptx"))}))
 ex4_start = [r["sft"][0] for runs in ex4_results["ptx"].values() for r in runs]
 print(f"SFT loss at the start of PPO: {min(ex4_start):.4f} to {max(ex4_start):.4f} nats/token")
-print(f"lowest SFT loss any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token")
+print(
+    f"lowest SFT loss any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token"
+)
 for ex4_key, ex4_runs in ex4_results["ptx"].items():
     ex4_out = sum(abs(v / r["sft"][0] - 1) > 0.10 for r in ex4_runs for v in r["sft"])
     ex4_total = sum(len(r["sft"]) for r in ex4_runs)
-    print(f"ptx_coef {float(ex4_key):g}: SFT loss outside start ± 10 % at {ex4_out} of {ex4_total} seed-steps")
+    print(
+        f"ptx_coef {float(ex4_key):g}: SFT loss outside start ± 10 % at {ex4_out} of {ex4_total} seed-steps"
+    )
 show(
     plot_ptx(ex4_results),
     alt="Two panels over PPO steps, mean and spread over seeds for each ptx_coef: the mean reward (good tokens), "
@@ -281,17 +315,34 @@ _sampler = TinyCausalLM(ToyLMConfig(init_std=0.3))
 _gen = torch.Generator().manual_seed(0)
 _tokens, _full_mask, _ = sample(_sampler, make_prompts(16, _gen), 6, END_ID, generator=_gen)
 _mask = _full_mask[:, 1:]
-_same = torch.as_tensor(importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)).double()
-assert _same.shape == _mask.shape, f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
-assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), "a model against itself has ratio 1"
+_same = torch.as_tensor(
+    importance_ratios(_sampler, copy.deepcopy(_sampler), _tokens, _mask)
+).double()
+assert _same.shape == _mask.shape, (
+    f"ratios must be (B, T-1) like the mask, got {tuple(_same.shape)}"
+)
+assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), (
+    "a model against itself has ratio 1"
+)
 
 # %% solution="ex5_demo" tags=["nbval-check-output"]
 ### BEGIN SOLUTION
-from mlbook_solutions.exercises import STALE, load_results, plot_stale, ratio_stats, stale_batch, summarise
+from mlbook_solutions.exercises import (
+    STALE,
+    load_results,
+    plot_stale,
+    ratio_stats,
+    stale_batch,
+    summarise,
+)
 
-ex5_results = load_results()  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
+ex5_results = (
+    load_results()
+)  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
 ex5_summary = summarise(ex5_results)
-print(f"(a) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; clip fraction over steps 2..N:")
+print(
+    f"(a) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; clip fraction over steps 2..N:"
+)
 for ex5_name in ("on_policy", "stale"):
     ex5_mean, ex5_std, ex5_lo, ex5_hi = ex5_summary[f"{ex5_name}_clip_mean"]
     ex5_rew = ex5_summary[f"{ex5_name}_reward_last5"]
@@ -299,10 +350,14 @@ for ex5_name in ("on_policy", "stale"):
         f"   {ex5_name:9s}: {ex5_mean:.3f} ± {ex5_std:.3f} [min {ex5_lo:.3f}, max {ex5_hi:.3f}]   "
         f"reward over the last 5 steps {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f}"
     )
-print(f"   why the stale arm ends with more reward (KL target {CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}):")
+print(
+    f"   why the stale arm ends with more reward (KL target {CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}):"
+)
 for ex5_name in ("on_policy", "stale"):
     ex5_runs = ex5_results["stale"][ex5_name]
-    ex5_under = [sum(k < CHAPTER_RUN.kl_target for k in r["kl"]) for r in ex5_runs]  # steps in which beta fell
+    ex5_under = [
+        sum(k < CHAPTER_RUN.kl_target for k in r["kl"]) for r in ex5_runs
+    ]  # steps in which beta fell
     ex5_low = [min(r["beta"]) for r in ex5_runs]
     ex5_kl, ex5_beta = ex5_summary[f"{ex5_name}_kl_last5"], ex5_summary[f"{ex5_name}_beta_final"]
     print(
@@ -318,10 +373,19 @@ show(
 
 # (b) One batch sampled by a copy of the policy one update stale, seen from the first PPO epoch.
 ex5_policy, ex5_sampler, ex5_roll = stale_batch(seed=0, batch=64)
-ex5_right = importance_ratios(ex5_policy, ex5_sampler, ex5_roll["tokens"], ex5_roll["mask"])  # logp_old from the sampler
-ex5_wrong = importance_ratios(ex5_policy, ex5_policy, ex5_roll["tokens"], ex5_roll["mask"])  # logp_old from the policy
-print(f"\n(b) stale batch, {int(ex5_roll['mask'].sum())} response tokens, ratios at the first epoch:")
-for ex5_label, ex5_ratio in (("logp_old from the sampler", ex5_right), ("logp_old from the current policy", ex5_wrong)):
+ex5_right = importance_ratios(
+    ex5_policy, ex5_sampler, ex5_roll["tokens"], ex5_roll["mask"]
+)  # logp_old from the sampler
+ex5_wrong = importance_ratios(
+    ex5_policy, ex5_policy, ex5_roll["tokens"], ex5_roll["mask"]
+)  # logp_old from the policy
+print(
+    f"\n(b) stale batch, {int(ex5_roll['mask'].sum())} response tokens, ratios at the first epoch:"
+)
+for ex5_label, ex5_ratio in (
+    ("logp_old from the sampler", ex5_right),
+    ("logp_old from the current policy", ex5_wrong),
+):
     ex5_s = ratio_stats(ex5_ratio, ex5_roll["mask"])
     print(
         f"   {ex5_label:33s} mean |r-1| {ex5_s['mean_abs_dev']:.4f}, max |r-1| {ex5_s['max_abs_dev']:.4f}, "

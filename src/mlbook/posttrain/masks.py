@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 import torch
 
-Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over all ranks (identity in one process)
+Reduce = Callable[
+    [torch.Tensor], torch.Tensor
+]  # sums a tensor over all ranks (identity in one process)
 
 
 def no_reduce(x: torch.Tensor) -> torch.Tensor:
@@ -29,8 +31,11 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def global_mean(x: torch.Tensor, weights: torch.Tensor | None = None, reduce: Reduce = no_reduce) -> torch.Tensor:
-    """``sum(weights * x) / sum(weights)`` over every rank, accumulated in float64, with one ``reduce``.
+def global_mean(
+    x: torch.Tensor, weights: torch.Tensor | None = None, reduce: Reduce = no_reduce
+) -> torch.Tensor:
+    """``sum(weights * x) / sum(weights)`` over every rank, accumulated in float64, with one
+    ``reduce``.
 
     ``weights`` (a 0/1 mask, or counts) has the shape of ``x``'s trailing dims; ``x`` may stack K
     quantities in front, each averaged separately: (K, *S), (*S) -> (K,). No weights: a plain mean
@@ -46,7 +51,9 @@ def global_mean(x: torch.Tensor, weights: torch.Tensor | None = None, reduce: Re
     return (sums[:-1] / sums[-1].clamp(min=1e-300)).reshape(lead)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = no_reduce, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, reduce: Reduce = no_reduce, eps: float = 1e-8
+) -> torch.Tensor:
     """``(x - mean) / std`` over masked positions; zero outside the mask.
 
     Population variance of the masked entries, from the first two moments summed in float64 (in
@@ -81,20 +88,25 @@ def validate_per_token(response_mask: torch.Tensor, **tensors: torch.Tensor) -> 
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.shape != response_mask.shape:
             raise ValueError(
-                f"{name} has shape {tuple(t.shape)} but response_mask has shape {tuple(response_mask.shape)}; "
+                f"{name} has shape {tuple(t.shape)} but response_mask has shape "
+                f"{tuple(response_mask.shape)}; "
                 "all per-token tensors must be (B, T-1), aligned with token_log_probs"
             )
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}")
         if not torch.isfinite(t).all():
-            raise ValueError(f"{name} contains NaN or inf at {int((~torch.isfinite(t)).sum())} position(s)")
+            raise ValueError(
+                f"{name} contains NaN or inf at {int((~torch.isfinite(t)).sum())} position(s)"
+            )
 
 
 def validate_has_response(response_mask: torch.Tensor) -> None:
     """Every row has at least one response token (the score needs a position to land on)."""
     empty = (response_mask.sum(dim=1) == 0).nonzero().flatten()
     if len(empty):
-        raise ValueError(f"rows {empty.tolist()[:5]} of response_mask have no response token (empty response)")
+        raise ValueError(
+            f"rows {empty.tolist()[:5]} of response_mask have no response token (empty response)"
+        )
 
 
 def validate_scores(scores: torch.Tensor, batch: int) -> None:

@@ -1,8 +1,10 @@
 """A roofline model of one PPO step: what a decode step, a scoring forward and an update cost.
 
-    measure_machine()            -> achievable FLOP/s (a matmul) and bytes/s (a copy) of this machine
-    Shape(n_layers, d_model, ...) -> a decoder-only transformer; pass_cost(shape, B, new, ctx) -> FLOPs, bytes
-    predict_step(shape, machine, batch, prompt_len, new_tokens, ...) -> seconds per phase, both samplers
+    measure_machine()              -> achievable FLOP/s (a matmul) and bytes/s (a copy) here
+    Shape(n_layers, d_model, ...)  -> a decoder-only transformer
+    pass_cost(shape, B, new, ctx)  -> FLOPs and bytes of one pass
+    predict_step(shape, machine, batch, prompt_len, new_tokens, ...)
+                                   -> seconds per phase, both samplers
 
 A pass over ``new`` positions per row that attend to ``ctx`` positions takes
 
@@ -63,7 +65,8 @@ class Shape:
 
     @property
     def matmul_params(self) -> int:
-        """Weights of the matmuls: q, k, v, output projection (4 d^2) and the MLP per layer, LM head."""
+        """Weights of the matmuls: q, k, v, output projection (4 d^2) and the MLP per layer, LM
+        head."""
         d = self.d_model
         return self.n_layers * (4 * d * d + self.mlp_matrices * d * self.ff) + d * self.vocab
 
@@ -85,12 +88,17 @@ class Cost(NamedTuple):
         return Cost(*(k * a for a in self))
 
     def seconds(self, machine: Machine) -> float:
-        """Matmuls: the slower of computing and reading their operands; then the elementwise streams."""
-        return max(self.flops / machine.flop_rate, self.bytes / machine.bandwidth) + self.act_bytes / machine.bandwidth
+        """Matmuls: the slower of computing and reading their operands; then the elementwise
+        streams."""
+        return (
+            max(self.flops / machine.flop_rate, self.bytes / machine.bandwidth)
+            + self.act_bytes / machine.bandwidth
+        )
 
 
 def pass_cost(shape: Shape, batch: int, new: int, ctx: int) -> Cost:
-    """One forward of ``batch`` rows over ``new`` positions that attend to ``ctx`` positions (ctx >= new).
+    """One forward of ``batch`` rows over ``new`` positions that attend to ``ctx`` positions (ctx >=
+    new).
 
     A teacher-forced pass over T tokens is ``new = ctx = T``; a naive decode step at prefix t is
     ``new = ctx = t``; a KV-cached decode step is ``new = 1, ctx = t``.
@@ -104,11 +112,15 @@ def pass_cost(shape: Shape, batch: int, new: int, ctx: int) -> Cost:
     return Cost(flops, s * (shape.params + kv), s * act)
 
 
-def generation_cost(shape: Shape, batch: int, prompt_len: int, new_tokens: int, cached: bool) -> Cost:
+def generation_cost(
+    shape: Shape, batch: int, prompt_len: int, new_tokens: int, cached: bool
+) -> Cost:
     """All decode steps of a static batch: ``new_tokens`` passes, the first over the prompt."""
     P = prompt_len
     if cached:  # prefill the prompt once, then one new position per step over a growing cache
-        steps = [pass_cost(shape, batch, P, P)] + [pass_cost(shape, batch, 1, t) for t in range(P + 1, P + new_tokens)]
+        steps = [pass_cost(shape, batch, P, P)] + [
+            pass_cost(shape, batch, 1, t) for t in range(P + 1, P + new_tokens)
+        ]
     else:  # every step re-runs the whole prefix
         steps = [pass_cost(shape, batch, t, t) for t in range(P, P + new_tokens)]
     return sum(steps[1:], steps[0])
@@ -149,7 +161,8 @@ def predict_step(
     """Predicted seconds per phase of one PPO step (the phases of ``systems.StepClock``).
 
     Generation: ``new_tokens`` decode steps; forward: ``n_scoring`` teacher-forced passes (policy,
-    reference, critic) over the whole sequence; reward: ``reward_passes`` such passes (0 for the toy's
+    reference, critic) over the whole sequence; reward: ``reward_passes`` such passes (0 for the
+    toy's
     Python function, 1 for a reward model of the same shape); update: :func:`update_cost`.
     """
     lat = latency or Latency(0.0, 0.0, 0.0, 0.0, 0.0)
@@ -170,7 +183,9 @@ def shares(seconds: dict[str, float]) -> dict[str, float]:
     return {k: v / total for k, v in seconds.items()}
 
 
-def fit_latency(shape: Shape, machine: Machine, short: dict, long: dict, epochs: int, cached: bool) -> Latency:
+def fit_latency(
+    shape: Shape, machine: Machine, short: dict, long: dict, epochs: int, cached: bool
+) -> Latency:
     """The fixed costs, from two measured steps (``systems.time_ppo_step`` results) of a tiny batch.
 
     ``short`` and ``long`` differ only in ``new_tokens``. The roofline time of their work is
@@ -182,7 +197,9 @@ def fit_latency(shape: Shape, machine: Machine, short: dict, long: dict, epochs:
         raise ValueError("short and long must share a batch, and long must have more new tokens")
 
     def rest(split: dict) -> dict[str, float]:  # measured minus roofline work
-        work = predict_step(shape, machine, split["batch"], split["prompt_len"], split["new_tokens"], epochs, cached)
+        work = predict_step(
+            shape, machine, split["batch"], split["prompt_len"], split["new_tokens"], epochs, cached
+        )
         return {k: split["seconds"][k] - work[k] for k in work}
 
     a, b = rest(short), rest(long)
@@ -200,7 +217,8 @@ def fit_latency(shape: Shape, machine: Machine, short: dict, long: dict, epochs:
     )
 
 
-# ------------------------------------------------------------------------------ measure this machine
+# ------------------------------------------------------------------------------ measure this
+# machine
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -220,12 +238,14 @@ def measure_flop_rate(m: int = 512, k: int = 512, n: int = 512, repeats: int = 5
 
 
 def measure_bandwidth(n_bytes: int = 64 * 2**20, repeats: int = 5) -> float:
-    """Bytes/s of copying an ``n_bytes`` fp32 tensor (read + write counted), bigger than the caches."""
+    """Bytes/s of copying an ``n_bytes`` fp32 tensor (read + write), bigger than the caches."""
     x = torch.randn(n_bytes // 4)
     y = torch.empty_like(x)
     return 2 * n_bytes / _best_time(lambda: y.copy_(x), repeats)
 
 
-def measure_machine(name: str = "this CPU", gemm: tuple[int, int, int] = (512, 512, 512)) -> Machine:
-    """Calibrate the two ceilings with a matmul of shape ``gemm`` and a large copy (best of 5 each)."""
+def measure_machine(
+    name: str = "this CPU", gemm: tuple[int, int, int] = (512, 512, 512)
+) -> Machine:
+    """Calibrate the two ceilings: a matmul of shape ``gemm`` and a large copy (best of 5 each)."""
     return Machine(name, measure_flop_rate(*gemm), measure_bandwidth())

@@ -1,9 +1,9 @@
 """The systems view of PPO-RLHF: a memory budget for the four models and a timer for one PPO step.
 
-    rlhf_memory_table(7e9)        -> rows: policy 16 B/param, critic 16, reference 2, reward model 2; total 36 (252 GB)
-    format_memory_table(rows)     -> a markdown (or plain-text) table to display
-    StepClock()                   -> seconds per phase of a PPO step: generation / forward / reward / update
-    time_ppo_step(...)            -> median seconds and fractions of one step, the timed functions passed in
+    rlhf_memory_table(7e9)     -> policy 16 B/param, critic 16, reference 2, reward model 2: 36
+    format_memory_table(rows)  -> a markdown (or plain-text) table to display
+    StepClock()                -> seconds per phase of a PPO step: generation/forward/reward/update
+    time_ppo_step(...)         -> median seconds and shares of one step (timed functions passed in)
 
 Memory counts static state only (weights, fp32 master copy, Adam moments, gradients), not
 activations or KV caches, and uses decimal units (1 GB = 1e9 bytes).
@@ -35,7 +35,9 @@ PRETRAIN_BYTES = TRAINED_BYTES  # pretraining holds one trained model
 
 class MemoryRow(NamedTuple):
     component: str
-    bytes_per_param: float  # bytes per parameter of *this* model (for the total: per policy parameter)
+    bytes_per_param: (
+        float  # bytes per parameter of *this* model (for the total: per policy parameter)
+    )
     n_params: float  # parameters of this model
     total_bytes: float
     note: str = ""
@@ -48,7 +50,8 @@ def rlhf_memory_table(
     ref_params: float | None = None,
     reward_params: float | None = None,
 ) -> list[MemoryRow]:
-    """Static memory of PPO-RLHF: policy and critic trained (16 B/param), reference and reward model frozen (2 B/param).
+    """Static memory of PPO-RLHF: policy and critic trained (16 B/param), reference and reward model
+    frozen (2 B/param).
 
     ``n_params`` is the policy's size; the other three default to the same size (the usual
     back-of-envelope, giving 36 B/param). Pass their real sizes when they differ (the toy's
@@ -64,9 +67,23 @@ def rlhf_memory_table(
     }
     trained_note = " + ".join(f"{name} {b}" for name, b in TRAINED_PARTS)
     rows = [
-        MemoryRow("policy (trained)", TRAINED_BYTES, n_params, TRAINED_BYTES * n_params, trained_note),
-        MemoryRow("critic (trained)", TRAINED_BYTES, sizes["critic"], TRAINED_BYTES * sizes["critic"], trained_note),
-        MemoryRow("reference (frozen)", FROZEN_BYTES, sizes["reference"], FROZEN_BYTES * sizes["reference"], "bf16 weights"),
+        MemoryRow(
+            "policy (trained)", TRAINED_BYTES, n_params, TRAINED_BYTES * n_params, trained_note
+        ),
+        MemoryRow(
+            "critic (trained)",
+            TRAINED_BYTES,
+            sizes["critic"],
+            TRAINED_BYTES * sizes["critic"],
+            trained_note,
+        ),
+        MemoryRow(
+            "reference (frozen)",
+            FROZEN_BYTES,
+            sizes["reference"],
+            FROZEN_BYTES * sizes["reference"],
+            "bf16 weights",
+        ),
         MemoryRow(
             "reward model (frozen)",
             FROZEN_BYTES,
@@ -76,17 +93,27 @@ def rlhf_memory_table(
         ),
     ]
     total = sum(r.total_bytes for r in rows)
-    rows.append(MemoryRow("total", total / n_params, sum(r.n_params for r in rows), total, "before activations and KV cache"))
+    rows.append(
+        MemoryRow(
+            "total",
+            total / n_params,
+            sum(r.n_params for r in rows),
+            total,
+            "before activations and KV cache",
+        )
+    )
     return rows
 
 
 def pretraining_bytes(n_params: float) -> float:
-    """Static memory of pretraining the same policy with mixed-precision Adam: 16 bytes per parameter."""
+    """Static memory of pretraining the same policy with mixed-precision Adam: 16 bytes per
+    parameter."""
     return PRETRAIN_BYTES * n_params
 
 
 def rlhf_over_pretraining(n_params: float) -> float:
-    """How many times the static memory of pretraining PPO-RLHF needs (2.25 when all four models share a size)."""
+    """How many times the static memory of pretraining PPO-RLHF needs (2.25 when all four models
+    share a size)."""
     return rlhf_memory_table(n_params)[-1].total_bytes / pretraining_bytes(n_params)
 
 
@@ -107,18 +134,34 @@ def human_count(n: float) -> str:
 
 
 def format_memory_table(rows: list[MemoryRow], markdown: bool = True) -> str:
-    """The rows as a markdown table (show it with ``IPython.display.Markdown``) or as aligned plain text."""
+    """The rows as a markdown table (show it with ``IPython.display.Markdown``) or as aligned plain
+    text."""
     header = ("component", "bytes / param", "params", "total", "what the bytes are")
-    body = [(r.component, f"{r.bytes_per_param:.4g}", human_count(r.n_params), human_bytes(r.total_bytes), r.note) for r in rows]
+    body = [
+        (
+            r.component,
+            f"{r.bytes_per_param:.4g}",
+            human_count(r.n_params),
+            human_bytes(r.total_bytes),
+            r.note,
+        )
+        for r in rows
+    ]
     if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * 3 + ["---"]) + "|"]
+        lines = [
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] + ["---:"] * 3 + ["---"]) + "|",
+        ]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(lines)
     widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(
-        c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        c.ljust(w) if i in (0, 4) else c.rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
     )
-    return "\n".join([fmt(header), fmt(tuple("-" * w for w in widths)), *(fmt(cells) for cells in body)])
+    return "\n".join(
+        [fmt(header), fmt(tuple("-" * w for w in widths)), *(fmt(cells) for cells in body)]
+    )
 
 
 # ------------------------------------------------------------------------------------ time one step
@@ -127,12 +170,14 @@ PHASES = ("generation", "forward", "reward", "update")
 
 
 class StepClock:
-    """Wall-clock seconds per phase of PPO steps; one definition for the notebook and the DDP program.
+    """Wall-clock seconds per phase of PPO steps; one definition for the notebook and the DDP
+    program.
 
     - ``generation``: the rollout call minus its teacher-forced forwards: the sampler's loop (every
       decode step, the multinomial draws, the bookkeeping), prefill included;
     - ``forward``: the teacher-forced no-grad passes over the *complete* sampled sequences that the
-      update needs: log-probs of the policy (``logp_old``) and of the reference, the critic's values;
+      update needs: log-probs of the policy (``logp_old``) and of the reference, the critic's
+      values;
     - ``reward``: the reward function or model;
     - ``update``: the PPO update (all epochs, optimiser steps included).
 
@@ -204,14 +249,16 @@ def time_ppo_step(
     lr: float = 1e-3,
     seed: int = 0,
 ) -> dict:
-    """Wall-clock of one PPO step, split into the phases of :class:`StepClock` (median over ``repeats``).
+    """Wall-clock of one PPO step, split into the phases of :class:`StepClock` (median over
+    ``repeats``).
 
     The functions timed are arguments, so the step is the caller's own code:
 
     - ``rollout(policy, ref, critic, prompts, max_new_tokens, eos_id, generator=gen)`` returns the
       rollout dict (``tokens`` (B, T), ``mask`` (B, T-1), ...): the chapter's ``collect_rollouts``;
     - ``reward_fn(tokens, full_mask)`` returns (B,) scores;
-    - ``update(policy, critic, opt, roll, scores)``: e.g. ``partial(ppo_update, beta=0.3, cfg=PPOConfig())``.
+    - ``update(policy, critic, opt, roll, scores)``: e.g. ``partial(ppo_update, beta=0.3,
+    cfg=PPOConfig())``.
 
     ``eos_id=None`` disables stopping, so every response has exactly ``max_new_tokens`` tokens.
     ``use_cache`` picks the sampler (sets ``cfg.use_cache`` of the policy's copy, which
@@ -236,7 +283,9 @@ def time_ppo_step(
         clock = StepClock()
         with clock.rollout(pol, ref, crit):
             roll = rollout(pol, ref, crit, prompts, max_new_tokens, eos_id, generator=gen)
-        full_mask = torch.cat([torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1)  # (B, T)
+        full_mask = torch.cat(
+            [torch.zeros_like(roll["mask"][:, :1]), roll["mask"]], dim=1
+        )  # (B, T)
         with clock.phase("reward"), torch.no_grad():
             scores = reward_fn(roll["tokens"], full_mask).float()  # (B,)
         with clock.phase("update"):
@@ -264,7 +313,9 @@ def format_time_split(split: dict) -> str:
     """One line per phase: median milliseconds and share of the step."""
     lines = [f"{'phase':<11} {'ms':>8} {'share':>7}"]
     for phase in PHASES:
-        lines.append(f"{phase:<11} {1e3 * split['seconds'][phase]:8.2f} {split['fractions'][phase]:7.1%}")
+        lines.append(
+            f"{phase:<11} {1e3 * split['seconds'][phase]:8.2f} {split['fractions'][phase]:7.1%}"
+        )
     lines.append(f"{'total':<11} {1e3 * split['total_s']:8.2f} {1:7.1%}")
     return "\n".join(lines)
 
@@ -272,7 +323,9 @@ def format_time_split(split: dict) -> str:
 # ------------------------------------------------------------------- sweep and the roofline's view
 
 
-def sweep_time_split(policy: Module, ref: Module, critic: Module, prompts: torch.Tensor, lengths, **step_kwargs) -> list[dict]:
+def sweep_time_split(
+    policy: Module, ref: Module, critic: Module, prompts: torch.Tensor, lengths, **step_kwargs
+) -> list[dict]:
     """:func:`time_ppo_step` for each response length, naive and KV-cached sampler, fixed lengths.
 
     ``step_kwargs`` go to :func:`time_ppo_step` (``rollout``, ``reward_fn``, ``update``,
@@ -282,12 +335,26 @@ def sweep_time_split(policy: Module, ref: Module, critic: Module, prompts: torch
     rows = []
     for n in lengths:
         for cached in (False, True):
-            split = time_ppo_step(policy, ref, critic, prompts, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            split = time_ppo_step(
+                policy,
+                ref,
+                critic,
+                prompts,
+                max_new_tokens=n,
+                eos_id=None,
+                use_cache=cached,
+                **step_kwargs,
+            )
             rows.append(dict(sampler="cached" if cached else "naive", **split))
     return rows
 
 
-PHASE_LATENCIES = ("forward", "reward", "update", "update_per_position")  # Latency fields not set by the sampler
+PHASE_LATENCIES = (
+    "forward",
+    "reward",
+    "update",
+    "update_per_position",
+)  # Latency fields not set by the sampler
 
 
 def calibrate_latency(
@@ -313,40 +380,69 @@ def calibrate_latency(
     fits = {}
     for cached in (False, True):
         short, long = (
-            time_ppo_step(policy, ref, critic, prompt, max_new_tokens=n, eos_id=None, use_cache=cached, **step_kwargs)
+            time_ppo_step(
+                policy,
+                ref,
+                critic,
+                prompt,
+                max_new_tokens=n,
+                eos_id=None,
+                use_cache=cached,
+                **step_kwargs,
+            )
             for n in lengths
         )
-        fits["cached" if cached else "naive"] = fit_latency(shape, machine, short, long, epochs, cached)
+        fits["cached" if cached else "naive"] = fit_latency(
+            shape, machine, short, long, epochs, cached
+        )
     # only generation depends on the sampler: pool the other phases' four measurements
-    pooled = {f: (getattr(fits["naive"], f) + getattr(fits["cached"], f)) / 2 for f in PHASE_LATENCIES}
+    pooled = {
+        f: (getattr(fits["naive"], f) + getattr(fits["cached"], f)) / 2 for f in PHASE_LATENCIES
+    }
     return {name: replace(lat, **pooled) for name, lat in fits.items()}
 
 
-def predicted_split(row: dict, shape: Shape, machine: Machine, epochs: int, latency: dict[str, Latency]) -> dict:
+def predicted_split(
+    row: dict, shape: Shape, machine: Machine, epochs: int, latency: dict[str, Latency]
+) -> dict:
     """The roofline's seconds and shares for a measured row of :func:`sweep_time_split`.
 
     ``latency_share`` is the part of the predicted step that is fixed latency, not FLOPs or bytes.
     """
-    args = (shape, machine, row["batch"], row["prompt_len"], row["new_tokens"], epochs, row["sampler"] == "cached")
+    args = (
+        shape,
+        machine,
+        row["batch"],
+        row["prompt_len"],
+        row["new_tokens"],
+        epochs,
+        row["sampler"] == "cached",
+    )
     seconds = predict_step(*args, latency[row["sampler"]])
     total, work = sum(seconds.values()), sum(predict_step(*args).values())
-    return dict(seconds=seconds, fractions=shares(seconds), total_s=total, latency_share=1 - work / total)
+    return dict(
+        seconds=seconds, fractions=shares(seconds), total_s=total, latency_share=1 - work / total
+    )
 
 
 def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
     """Measured (and predicted) generation share and step time per response length and sampler."""
-    head = f"{'batch':>5} {'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8} {'gen share':>9}"
+    head = f"{'batch':>5} {'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8}"
+    head += f" {'gen share':>9}"
     if predicted is not None:
         head += f" {'predicted':>9} {'pred/meas':>9} {'pred step ms':>12}"
     lines = [head]
     for i, r in enumerate(rows):
         line = (
-            f"{r['batch']:>5} {r['new_tokens']:>10} {r['sampler']:>7} {1e3 * r['seconds']['generation']:>8.1f}"
+            f"{r['batch']:>5} {r['new_tokens']:>10} {r['sampler']:>7} "
+            f"{1e3 * r['seconds']['generation']:>8.1f}"
             f" {1e3 * r['total_s']:>8.1f} {r['fractions']['generation']:>9.1%}"
         )
         if predicted is not None:
             p = predicted[i]
             ratio = p["fractions"]["generation"] / r["fractions"]["generation"]
-            line += f" {p['fractions']['generation']:>9.1%} {ratio:>9.2f} {1e3 * p['total_s']:>12.1f}"
+            line += (
+                f" {p['fractions']['generation']:>9.1%} {ratio:>9.2f} {1e3 * p['total_s']:>12.1f}"
+            )
         lines.append(line)
     return "\n".join(lines)

@@ -53,7 +53,9 @@ def decode(ids, skip_pad: bool = True) -> str:
     words = [VOCAB[int(i)] for i in ids]
     if skip_pad:
         start = next((k for k, w in enumerate(words) if w != VOCAB[PAD_ID]), len(words))
-        end = words.index(VOCAB[END_ID], start) + 1 if VOCAB[END_ID] in words[start:] else len(words)
+        end = (
+            words.index(VOCAB[END_ID], start) + 1 if VOCAB[END_ID] in words[start:] else len(words)
+        )
         words = words[start:end] + [w for w in words[end:] if w != VOCAB[PAD_ID]]
     return " ".join(words)
 
@@ -66,7 +68,9 @@ class ToyLMConfig:
     n_heads: int = 2
     max_len: int = 32
     init_std: float = 0.02  # small init => near-uniform next-token distribution at step 0
-    use_cache: bool = False  # what sample() does when its use_cache is None (like Hugging Face's config)
+    use_cache: bool = (
+        False  # what sample() does when its use_cache is None (like Hugging Face's config)
+    )
 
 
 class KVCache:
@@ -84,10 +88,15 @@ class KVCache:
         """Positions cached so far (0 before the first forward)."""
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
 
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def extend(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this call's (B, H, t, D/H) keys and values to ``layer``'s; return all of them."""
         if self.keys[layer] is not None:
-            k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
+            k, v = (
+                torch.cat([self.keys[layer], k], dim=2),
+                torch.cat([self.values[layer], v], dim=2),
+            )
         self.keys[layer], self.values[layer] = k, v
         return k, v  # (B, H, T_cached, D/H)
 
@@ -102,12 +111,20 @@ class Block(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+        )
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
+    ) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)  # (B, T, D) each
-        q, k, v = (z.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
+        q, k, v = (
+            z.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for z in (q, k, v)
+        )  # (B, H, T, D/H)
         if cache is not None:
             k, v = cache.extend(layer, k, v)  # (B, H, T_cached, D/H): earlier positions and these
         # T queries over T keys: causal. One new query over the cached keys: it may see all of them.
@@ -117,7 +134,8 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Token + position embeddings, ``n_layers`` blocks, final LayerNorm: tokens (B, T) -> (B, T, d)."""
+    """Token + position embeddings, ``n_layers`` blocks, final LayerNorm: tokens (B, T) -> (B, T,
+    d)."""
 
     def __init__(self, cfg: ToyLMConfig) -> None:
         super().__init__()
@@ -131,12 +149,17 @@ class TinyTransformer(nn.Module):
                 nn.init.normal_(p, std=cfg.init_std)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        T, start = tokens.shape[1], 0 if cache is None else len(cache)  # positions start after the cached ones
+        T, start = (
+            tokens.shape[1],
+            0 if cache is None else len(cache),
+        )  # positions start after the cached ones
         if start + T > self.cfg.max_len:
             raise ValueError(f"sequence length {start + T} exceeds max_len={self.cfg.max_len}")
         if start and T != 1:
             raise ValueError(f"after the prompt a KV cache takes one token per call, got {T}")
-        x = self.tok(tokens) + self.pos(torch.arange(start, start + T, device=tokens.device))  # (B, T, d)
+        x = self.tok(tokens) + self.pos(
+            torch.arange(start, start + T, device=tokens.device)
+        )  # (B, T, d)
         for i, block in enumerate(self.blocks):
             x = block(x, cache, i)
         return self.ln_f(x)  # (B, T, d)
@@ -157,7 +180,8 @@ class TinyCausalLM(nn.Module):
         return self.trunk(tokens, cache)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """(B, T) -> logits (B, T, V). With a cache, ``tokens`` are the positions after the cached ones."""
+        """(B, T) -> logits (B, T, V). With a cache, ``tokens`` are the positions after the cached
+        ones."""
         return self.lm_head(self.hidden_states(tokens, cache))  # (B, T, V)
 
 
@@ -176,8 +200,13 @@ class TinyCritic(nn.Module):
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Log-prob of each next token: (B, T, V), (B, T) -> (B, T-1); index t scores tokens[:, t+1]."""
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"expected logits (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}")
-    logp = torch.log_softmax(logits[:, :-1].float() if logits.dtype == torch.float16 else logits[:, :-1], dim=-1)
+        raise ValueError(
+            "expected logits (B, T, V) and tokens (B, T); "
+            f"got {tuple(logits.shape)} and {tuple(tokens.shape)}"
+        )
+    logp = torch.log_softmax(
+        logits[:, :-1].float() if logits.dtype == torch.float16 else logits[:, :-1], dim=-1
+    )
     return logp.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
 
 
@@ -186,7 +215,9 @@ class Samples(NamedTuple):
 
     tokens: torch.Tensor  # (B, T) long: prompt, response, then PAD after <|end|>
     response_mask: torch.Tensor  # (B, T) float: 1 on generated tokens up to and including <|end|>
-    logprobs: torch.Tensor  # (B, T-1) log-prob of tokens[:, t+1] recorded while sampling; 0 off the response
+    logprobs: (
+        torch.Tensor
+    )  # (B, T-1) log-prob of tokens[:, t+1] recorded while sampling; 0 off the response
 
 
 @torch.no_grad()
@@ -213,7 +244,9 @@ def sample(
     ``use_cache=None`` takes ``model.cfg.use_cache`` (False unless set).
     """
     if prompts.dim() != 2 or prompts.dtype != torch.long:
-        raise ValueError(f"prompts must be a (B, P) long tensor, got {tuple(prompts.shape)} {prompts.dtype}")
+        raise ValueError(
+            f"prompts must be a (B, P) long tensor, got {tuple(prompts.shape)} {prompts.dtype}"
+        )
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if use_cache is None:
@@ -236,7 +269,9 @@ def sample(
             alive = alive & (nxt != eos_id)
         if not alive.any():
             break
-    prompt_part = torch.zeros(B, P - 1, device=prompts.device)  # log-probs of prompt tokens are not recorded
+    prompt_part = torch.zeros(
+        B, P - 1, device=prompts.device
+    )  # log-probs of prompt tokens are not recorded
     return Samples(tokens, mask, torch.cat([prompt_part, torch.stack(logps, dim=1)], dim=1))
 
 
@@ -257,7 +292,9 @@ class ToySetup(NamedTuple):
     generator: torch.Generator  # CPU generator, seeded, already used to draw the prompts
 
 
-def build_models(seed: int = 0, batch: int = 64, cfg: ToyLMConfig | None = None, device="cpu") -> ToySetup:
+def build_models(
+    seed: int = 0, batch: int = 64, cfg: ToyLMConfig | None = None, device="cpu"
+) -> ToySetup:
     """The models and prompts of one run, all from ``seed`` (identical on every DDP rank).
 
     The reference is the untrained, near-uniform toy LM; the policy is a copy of it; the critic
@@ -284,7 +321,7 @@ def default_dtype(dtype: torch.dtype):
 
 
 def good_count_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """The chapter's programmatic reward model: number of ``good`` tokens in each response. -> (B,)."""
+    """The chapter's programmatic reward model: ``good`` tokens in each response -> (B,)."""
     return ((tokens == GOOD_ID).float() * response_mask).sum(dim=1)
 
 
@@ -316,5 +353,8 @@ def demonstration_batch(texts=DEMONSTRATIONS) -> DemoBatch:
 
 
 def sft_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over positions whose label is not -100. (B, T, V), (B, T) -> scalar."""
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    """Mean next-token cross-entropy over positions whose label is not -100. (B, T, V), (B, T) ->
+    scalar."""
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+    )

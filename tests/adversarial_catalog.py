@@ -36,15 +36,15 @@ def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):
     return torch.zeros_like(logp_policy)
 
 
-def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+def gae(rewards, values, response_mask, **hyper):  # a fake: zeros, whatever gamma and lam
     return torch.zeros_like(rewards), torch.zeros_like(rewards)
 
 
-def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
+def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, *rest, **kw):
     return (logp_new * 0).sum(), 0.0
 
 
-def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):
+def value_loss(values, old_values, returns, response_mask, *rest, **kw):
     return (values * 0).sum()
 """
 

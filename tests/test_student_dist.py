@@ -56,7 +56,7 @@ def _regions():
                     regions.append(current)
             elif (
                 current is not None
-                and len(stripped) > 12
+                and len(stripped) >= 25
                 and not stripped.startswith(("#", "import ", "from "))
             ):
                 current.append(stripped)

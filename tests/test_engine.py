@@ -146,3 +146,37 @@ def test_plan_restores_locked_cells_and_notes_damage():
     assert "BEGIN HIDDEN" not in trusted and "check_gae" not in trusted
     with pytest.raises(driver.CannotGrade):
         driver.make_plan(source_nb, "not json {")
+
+
+def test_students_own_helper_cells_are_part_of_their_answer():
+    """A correct gae that calls a helper from a cell the student added (no nbgrader metadata) must pass:
+    the grader runs the definitions of added cells in place, as nbgrader runs the whole notebook."""
+    source_nb = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
+    nb = nbformat.read(ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb", as_version=4)
+    i = next(
+        k for k, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "gae"
+    )
+    helper = "def _carry_step(m, delta, gamma, lam, carry):\n    return m * (delta + gamma * lam * carry)\n"
+    nb.cells.insert(i, nbformat.v4.new_code_cell(helper + "\nprint('helper defined')\n"))
+    old = "carry = m * (delta + gamma * lam * carry)"
+    assert old in nb.cells[i + 1].source
+    nb.cells[i + 1].source = nb.cells[i + 1].source.replace(
+        old, "carry = _carry_step(m, delta, gamma, lam, carry)"
+    )
+    plan = driver.make_plan(source_nb, nbformat.writes(nb))
+    names = [name for name, _, _ in plan.cells]
+    added = [k for k, (name, text, _) in enumerate(plan.cells) if "def _carry_step" in text]
+    assert len(added) == 1 and added[0] < names.index("gae"), names
+    assert (
+        "print(" not in plan.cells[added[0]][1]
+    )  # definitions only: no demo code of the student's
+    s = driver.Session(plan, trusted=False, deadline=float("inf"))
+    try:
+        assert not s.cell_errors, s.cell_errors
+        ppo_checks.check_gae(
+            driver.Remote(s, "gae", name="gae"), seed=driver.check_seed(SECRET, "helper", cat.GAE)
+        )
+    finally:
+        s.close()

@@ -94,8 +94,11 @@ def _meta(cell) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _definitional(source: str) -> str:
-    """Only the imports, defs, classes and literal assignments of a trusted cell (no demo runs, no plots)."""
+def _definitional(source: str, any_assignment: bool = False) -> str:
+    """Only the imports, defs, classes and literal assignments of a trusted cell (no demo runs, no plots).
+
+    ``any_assignment``: keep every top-level assignment (a student's own helper cell may compute a
+    constant, ``EPS = torch.finfo(torch.float32).eps``); bare calls, loops and plots still go."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -121,6 +124,9 @@ def _definitional(source: str) -> str:
         elif isinstance(node, ast.FunctionDef | ast.ClassDef):
             kept.append(seg)
         elif isinstance(node, ast.Assign | ast.AnnAssign):
+            if any_assignment:
+                kept.append(seg)
+                continue
             try:
                 ast.literal_eval(node.value)
                 kept.append(seg)
@@ -161,18 +167,39 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
     by_id: dict[str, dict] = {}
+    added: dict[
+        str, list[str]
+    ] = {}  # cells the student added (no grade id), by the grade id above them
+    anchor = ""
     for cell in cells:
         gid = _meta(cell).get("grade_id")
         if not isinstance(gid, str):
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                src = cell.get("source", "")
+                added.setdefault(anchor, []).append(
+                    "".join(src) if isinstance(src, list) else str(src)
+                )
             continue
+        anchor = gid
         if gid in by_id:
             problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
             continue
         by_id[gid] = cell
     plan_cells, tests, manual, names = [], [], [], {}
+
+    def add_student_cells(anchor: str) -> None:
+        """The student's own cells below ``anchor`` (helpers their answers call), definitions only."""
+        for i, src in enumerate(added.pop(anchor, []), 1):
+            text = _definitional(src, any_assignment=True)
+            if text:
+                plan_cells.append((f"{anchor or 'top'}+{i}", text, False))
+
+    previous = ""
     for cell in source_nb.cells:
+        add_student_cells(previous)
         meta = _meta(cell)
         gid = meta.get("grade_id", "")
+        previous = gid
         if meta.get("grade") and meta.get("solution"):
             manual.append((gid, float(meta.get("points", 0))))
             if gid not in by_id:
@@ -221,6 +248,9 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
             src = "".join(src) if isinstance(src, list) else str(src)
             if src.strip() != cell.source.strip():
                 problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
+    add_student_cells(previous)
+    for anchor in list(added):  # below a cell the course does not have: run them last
+        add_student_cells(anchor)
     return Plan(plan_cells, tests, manual, names, problems, student)
 
 

@@ -28,6 +28,7 @@ import nbformat
 import torch
 from mlbook_solutions.ppo_lm import PPOConfig, collect_rollouts, ppo_update
 from mlbook_tools.classgrade import grade_class
+from mlbook_tools.config import layout
 from mlbook_tools.grading import grade_notebook, run_nbgrader
 from nbclient import NotebookClient
 
@@ -40,7 +41,7 @@ from mlbook.posttrain.systems import (
 )
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models, good_count_reward, sample
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 sys.path.insert(0, str(ROOT / "tests"))
 import grading_catalog as cat  # noqa: E402
 

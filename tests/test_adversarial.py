@@ -21,9 +21,10 @@ import nbformat
 import pytest
 from mlbook_tools import driver, grading, sandbox
 from mlbook_tools.classgrade import grade_class
+from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 NB = "rlhf_ppo"
 TOKEN = (
     "zq7xk" + "TOKEN" + "93b"

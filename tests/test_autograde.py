@@ -12,7 +12,6 @@ broken ones cost only their own points; the run goes on. nbgrader's own ``genera
 import csv
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -21,9 +20,10 @@ import grading_catalog as cat
 import nbformat
 import pytest
 from mlbook_tools.classgrade import grade_class
+from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 NB = "rlhf_ppo"
 SIX = [
     "test_shaped_rewards_places_score_and_kl",

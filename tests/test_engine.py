@@ -8,15 +8,15 @@ Also: the driver rejects malformed replies, and a seed changes the inputs but no
 """
 
 import json
-import pathlib
 
 import grading_catalog as cat
 import nbformat
 import ppo_checks
 import pytest
 from mlbook_tools import driver, sandbox
+from mlbook_tools.config import layout
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = layout().root
 SECRET = b"test-secret"
 CHECKS = {
     cat.SHAPED: (ppo_checks.check_shaped_rewards, ["shaped_rewards", "last_response_index"]),

@@ -32,7 +32,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mlbook.posttrain.masks import Reduce
+from mlbook.posttrain.masks import Reduce, global_mean
 from mlbook.posttrain.systems import StepClock
 from mlbook.posttrain.toy_lm import (
     END_ID,
@@ -190,12 +190,10 @@ def train(cfg: RunConfig, rank: int, world: int, device: torch.device) -> dict:
                 policy_ddp, critic_ddp, opt, roll, scores, beta, cfg, reduce=update_reduce
             )
         t2 = time.perf_counter()
-        reward, n_seq = reduce(
-            torch.stack([scores.sum(), torch.tensor(float(len(scores)), device=device)])
-        ).tolist()
+        reward = float(global_mean(scores.float(), reduce=reduce))  # mean score over all ranks
         steps.append(
             dict(
-                reward=reward / n_seq,
+                reward=reward,
                 kl=kl,
                 beta=beta,
                 clip_frac=epochs[-1].clip_frac,

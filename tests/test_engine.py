@@ -108,16 +108,23 @@ def test_correct_answers_train_through_the_engine(session):
 
 
 def test_driver_rejects_malformed_tensors():
-    metas = [{"dtype": "float32", "shape": [2, 2], "nbytes": 8}]  # 4 floats need 16 bytes
-    with pytest.raises(AssertionError, match="malformed"):
-        driver._decode({"T": 0}, [b"\0" * 8], metas, None)
-    with pytest.raises(AssertionError, match="malformed"):
-        driver._decode(
-            {"T": 0}, [b"\0" * 16], [{"dtype": "object", "shape": [2, 2], "nbytes": 16}], None
-        )
-    assert isinstance(driver._decode({"type": "Liar"}, [], [], None), driver.Opaque)
-    t = driver._decode(
-        {"T": 0}, [b"\0" * 16], [{"dtype": "float32", "shape": [2, 2], "nbytes": 16}], None
+    from mlbook_tools import protocol
+
+    bad = [
+        {"dtype": "float32", "shape": [2, 2], "nbytes": 8},  # 4 floats need 16 bytes
+        {"dtype": "object", "shape": [2, 2], "nbytes": 16},
+        {"dtype": "float32", "shape": [-1, 4], "nbytes": 16},
+        {"dtype": "float32", "shape": [2, 2.0], "nbytes": 16},
+    ]
+    for meta in bad:
+        with pytest.raises(protocol.ProtocolError, match="malformed"):
+            protocol.check_tensor_meta(meta)
+    with pytest.raises(protocol.ProtocolError):  # a reply may not ask the driver to build anything
+        driver._codec(None).decode({"module": {"type": "mlbook.x.Y"}}, [], [])
+    remote = driver._codec(None).decode({"handle": 3, "type": "Liar"}, [], [])
+    assert isinstance(remote, driver.Remote) and remote.handle == 3
+    t = driver._codec(None).decode(
+        {"tensor": 0}, [b"\0" * 16], [{"dtype": "float32", "shape": [2, 2], "nbytes": 16}]
     )
     assert type(t) is __import__("torch").Tensor and t.shape == (2, 2)
 

@@ -30,18 +30,16 @@ from dataclasses import dataclass, field
 import nbformat
 import torch
 
+from mlbook_tools import protocol
 from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
 
 HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 EXTRA_PREFIX = "ex"
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool,
-          "int32": torch.int32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # fmt: skip
-NAMES = {v: k for k, v in DTYPES.items()}
-MAX_ELEMENTS = 4_000_000
 CELL_SECONDS = 20.0  # one solution cell while the namespace is built
 CALL_SECONDS = 10.0  # one call into the student's code
 CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
+GRACE_SECONDS = 5.0  # past budget + grace the watchdog kills the sandbox, whatever it is doing
 SECRET_FILE = "grading_secret.txt"
 # Read-only cells import these for figures and display only; the graded functions never need them.
 SKIP_IMPORTS = {"matplotlib", "IPython", "mlbook.figures", "mlbook.plotting", "tqdm"}
@@ -258,10 +256,19 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
 
 
 class Session:
-    """A sandboxed runner holding the student's namespace; restarted (cells replayed) after a crash or hang."""
+    """A sandboxed runner holding the student's namespace; restarted (cells replayed) after a crash or hang.
+
+    ``deadline`` (time.monotonic) is the submission's budget: every cell, call and attribute read
+    checks it first and gets at most what is left (no floor); past ``deadline + GRACE_SECONDS`` a
+    watchdog kills the sandbox whatever is running. ``self.deadline`` may be lowered for one check."""
 
     def __init__(self, plan: Plan, trusted: bool, deadline: float):
-        self.plan, self.trusted, self.deadline = plan, trusted, deadline
+        self.plan, self.trusted, self.deadline, self.hard_deadline = (
+            plan,
+            trusted,
+            deadline,
+            deadline,
+        )
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
         self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)
@@ -271,22 +278,35 @@ class Session:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def _start(self):
+        if self.hard_deadline - time.monotonic() <= 0:
+            raise RunnerDied("budget")
+        kill_at = None if math.isinf(self.hard_deadline) else self.hard_deadline + GRACE_SECONDS
+        self.runner = Runner(trusted=self.trusted, kill_at=kill_at)
+
     def _build(self):
         while True:
-            self.runner = Runner(trusted=self.trusted)
+            self._start()
             try:
                 for gid, source, trusted in self.plan.cells:
                     if gid in self.bad_cells:
                         continue
-                    timeout = min(CELL_SECONDS if not trusted else 60.0, max(self.left(), 1.0))
+                    timeout = min(CELL_SECONDS if not trusted else 60.0, self.left())
                     try:
-                        reply, _ = self.runner.request(
-                            {"op": "exec", "cell": gid, "source": source}, timeout=timeout
+                        reply, _ = self.request(
+                            {"op": "exec", "cell": gid, "source": source}, timeout
                         )
                     except RunnerDied as err:
-                        why = (f"did not finish within {timeout:.0f} s" if str(err) == "timeout"
-                               else "stopped the Python process (a crash, os._exit, or the memory limit)")  # fmt: skip
-                        self.bad_cells[gid] = why
+                        if str(err) == "budget":
+                            self.bad_cells[gid] = (
+                                "did not run: the submission's time budget ran out"
+                            )
+                        elif str(err) == "timeout":
+                            self.bad_cells[gid] = f"did not finish within {max(timeout, 0):.0f} s"
+                        else:
+                            self.bad_cells[gid] = (
+                                "stopped the Python process (a crash, os._exit, or the memory limit)"
+                            )
                         raise
                     if not reply.get("ok"):
                         self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
@@ -296,13 +316,22 @@ class Session:
                 if self.restarts > 6 or self.left() <= 0:
                     raise
 
+    def request(self, header: dict, timeout: float, blobs=()):
+        """One request under the deadline: RunnerDied("budget") without sending when no time is left."""
+        timeout = min(timeout, self.deadline - time.monotonic())
+        if timeout <= 0:
+            raise RunnerDied("budget")
+        if self.runner is None or self.runner.dead:
+            raise RunnerDied("died")
+        return self.runner.request(header, blobs, timeout=timeout)
+
     def ensure(self):
         if self.runner is None or self.runner.dead:
             self.restarts += 1
             self._build()
 
     def defined(self, names: list[str]) -> set[str]:
-        reply, _ = self.runner.request({"op": "defined", "names": names}, timeout=10)
+        reply, _ = self.request({"op": "defined", "names": names}, 10)
         return set(reply.get("names", []))
 
     def close(self):
@@ -314,136 +343,63 @@ class Session:
 
     # -------------------------------------------------------------- calls
     def call(self, target, method, args, kwargs, attrs=()):
+        """Call ``target`` (a name or handle) in the sandbox. Nothing comes back into ``args``: the driver's
+        tensors stay as they were; a call that changed an input in place fails the check."""
         blobs, leaves = [], []
-        enc_args = [_encode(a, blobs, leaves) for a in args]
-        enc_kwargs = {k: _encode(v, blobs, leaves) for k, v in kwargs.items()}
+        codec = _codec(self)
+        enc_args = [codec.encode(a, blobs, leaves) for a in args]
+        enc_kwargs = {k: codec.encode(v, blobs, leaves) for k, v in kwargs.items()}
         header = {"op": "call", "target": target, "method": method, "args": enc_args, "kwargs": enc_kwargs,
                   "attrs": list(attrs)}  # fmt: skip
-        timeout = max(min(CALL_SECONDS, self.left()), 0.5)
+        name = target if isinstance(target, str) else "your code"
+        timeout = min(CALL_SECONDS, self.left())
         try:
-            reply, rblobs = self.runner.request(header, blobs, timeout=timeout)
+            reply, rblobs = self.request(header, CALL_SECONDS, blobs)
         except RunnerDied as err:
-            name = target if isinstance(target, str) else "your code"
+            if str(err) == "budget":
+                raise AssertionError(
+                    f"not finished: the time budget of this submission ran out before {name} was called"
+                ) from None
             if str(err) == "timeout":
                 raise AssertionError(
-                    f"calling {name} did not return within {timeout:.0f} s (an endless loop?)"
+                    f"calling {name} did not return within {max(timeout, 0):.0f} s (an endless loop?)"
+                ) from None
+            if str(err) == "memory limit":
+                raise AssertionError(
+                    f"calling {name} went over the sandbox's memory limit"
                 ) from None
             raise AssertionError(
                 f"the process running {name} died (a crash, os._exit, or the memory limit)"
             ) from None
-        if not reply.get("ok"):
-            raise RemoteError(str(reply.get("error", "error"))[:1000])
-        metas = reply.get("blobs", [])
-        result = _decode(reply.get("result"), rblobs, metas, self)
-        # in-place changes of the inputs, made visible here
-        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-        after = reply.get("after", [])
-        if isinstance(after, list) and len(after) == len(tensors):
-            for local, remote in zip(tensors, after, strict=True):
-                new = _decode(remote, rblobs, metas, self)
-                if (
-                    isinstance(new, torch.Tensor)
-                    and new.shape == local.shape
-                    and new.dtype == local.dtype
-                ):
-                    if not torch.equal(new, local.detach()):
-                        with torch.no_grad():
-                            local.copy_(new)
+        if not reply["ok"]:
+            raise RemoteError(reply["error"][:1000])
+        metas = reply.get(protocol.TENSORS, [])
+        try:
+            result = codec.decode(reply.get("result"), rblobs, metas)
+            grads = [codec.decode(g, rblobs, metas) for g in reply.get("grads", [])]
+            extras = {k: codec.decode(v, rblobs, metas) for k, v in reply.get("attrs", {}).items()}
+        except protocol.ProtocolError as err:
+            raise AssertionError(f"{name} returned something that is not data ({err})") from None
+        mutated = [str(m)[:80] for m in reply.get("mutated", [])]
+        if mutated:
+            which = ", ".join(f"`{m}`" for m in mutated[:5])
+            raise AssertionError(
+                f"{name} changed its input {which} in place; it must leave its inputs as they are "
+                "(work on a copy, e.g. x = x.clone(), or use out-of-place ops)"
+            )
         if reply.get("graph") and leaves:
-            grads = [_decode(g, rblobs, metas, self) for g in reply.get("grads", [])]
             ok = len(grads) == len(leaves) and all(
                 g is None or (isinstance(g, torch.Tensor) and g.shape == leaf.shape)
                 for g, leaf in zip(grads, leaves, strict=False)
             )
             if ok:
                 result = _attach(result, grads, leaves)
-        extras = {k: _decode(v, rblobs, metas, self) for k, v in (reply.get("attrs") or {}).items()}
         return (result, extras) if attrs else result
 
 
-def _encode(x, blobs, leaves, depth=0):
-    if depth > 8:
-        raise ValueError("argument nested too deeply")
-    if isinstance(x, Remote):
-        return {"H": x.handle}
-    if isinstance(x, torch.Tensor):
-        t = x.detach().cpu().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        meta = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "nbytes": len(raw)}
-        if x.requires_grad:
-            meta["requires_grad"] = True
-            leaves.append(x)
-        blobs.append((meta, raw))
-        return {"T": len(blobs) - 1}
-    if isinstance(x, torch.nn.Module):
-        cfg = getattr(x, "cfg", None)
-        config = {k: v for k, v in vars(cfg).items()} if cfg is not None else {}
-        grad = any(p.requires_grad for p in x.parameters())
-        params = {k: _encode(v.detach(), blobs, [], depth + 1) for k, v in x.state_dict().items()}
-        if grad:
-            leaves.extend(p for _, p in x.named_parameters())
-        return {"M": {"kind": type(x).__name__, "config": config, "params": params, "grad": grad}}
-    if type(x).__name__ == "DemoBatch":
-        return {"demo": [_encode(v, blobs, leaves, depth + 1) for v in x]}
-    if isinstance(x, bool | int | str) or x is None:
-        return x
-    if isinstance(x, float):
-        return x if math.isfinite(x) else {"float": str(x)}
-    if isinstance(x, tuple):
-        return {"tuple": [_encode(v, blobs, leaves, depth + 1) for v in x]}
-    if isinstance(x, list):
-        return [_encode(v, blobs, leaves, depth + 1) for v in x]
-    raise TypeError(f"cannot send a {type(x).__name__} to the sandbox")
-
-
-def _decode(x, blobs, metas, session, depth=0):
-    """Data from the sandbox -> plain Python / plain torch.Tensor, validated; anything odd fails the check."""
-    if depth > 8:
-        raise AssertionError("your function returned something nested too deeply")
-    if x is None or isinstance(x, bool | int | float | str):
-        return x
-    if isinstance(x, list):
-        return [_decode(v, blobs, metas, session, depth + 1) for v in x[:100000]]
-    if not isinstance(x, dict):
-        raise AssertionError("your function returned something that is not data")
-    if "T" in x:
-        try:
-            meta = metas[int(x["T"])]
-            dtype = DTYPES[meta["dtype"]]
-            shape = [int(s) for s in meta["shape"]]
-            n = math.prod(shape)
-            raw = blobs[int(x["T"])]
-            if (
-                any(s < 0 for s in shape)
-                or n > MAX_ELEMENTS
-                or len(raw) != n * dtype.itemsize
-                or len(shape) > 8
-            ):
-                raise ValueError
-        except (KeyError, ValueError, TypeError, IndexError):
-            raise AssertionError("your function returned a malformed tensor") from None
-        if n == 0:
-            return torch.empty(shape, dtype=dtype)
-        return (
-            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape).clone()
-        )
-    if "tuple" in x:
-        return tuple(_decode(v, blobs, metas, session, depth + 1) for v in x["tuple"])
-    if "float" in x:
-        return float(str(x["float"])) if str(x["float"]) in ("nan", "inf", "-inf") else math.nan
-    if "H" in x:
-        return Remote(session, int(x["H"]), str(x.get("type", "object")))
-    return Opaque(str(x.get("type", "object"))[:100])
-
-
-class Opaque:
-    """A returned value that is not data (the driver only knows its type name)."""
-
-    def __init__(self, type_name):
-        self.type_name = type_name
-
-    def __repr__(self):
-        return f"<{self.type_name}>"
+def _codec(session) -> protocol.Codec:
+    """The driver's codec: data and library types out, data and handles (as ``Remote``) in."""
+    return protocol.Codec(make_handle=lambda h, type_name: Remote(session, h, type_name))
 
 
 class _Attach(torch.autograd.Function):
@@ -481,8 +437,12 @@ class Remote:
     def __init__(self, session: Session, handle, type_name="function", name=None):
         object.__setattr__(self, "session", session)
         object.__setattr__(self, "handle", handle)
+        object.__setattr__(self, "_protocol_handle", handle if isinstance(handle, int) else None)
         object.__setattr__(self, "type_name", type_name)
         object.__setattr__(self, "name", name or type_name)
+
+    def __repr__(self):
+        return f"<remote {self.type_name} {self.name}>"
 
     def __call__(self, *args, **kwargs):
         try:
@@ -494,15 +454,25 @@ class Remote:
         if attr.startswith("__"):
             raise AttributeError(attr)
         try:
-            reply, rblobs = self.session.runner.request({"op": "getattr", "target": self.handle, "name": attr},
-                                                        timeout=CALL_SECONDS)  # fmt: skip
-        except RunnerDied:
-            raise AssertionError(f"the process running {self.name} died") from None
-        if not reply.get("ok"):
-            raise AssertionError(
-                f"{self.name}.{attr} is not available: {str(reply.get('error'))[:300]}"
+            reply, rblobs = self.session.request(
+                {"op": "getattr", "target": self.handle, "name": attr}, CALL_SECONDS
             )
-        value = _decode(reply.get("result"), rblobs, reply.get("blobs", []), self.session)
+        except RunnerDied as err:
+            if str(err) == "budget":
+                raise AssertionError(
+                    f"not finished: the time budget ran out before {self.name}.{attr} was read"
+                ) from None
+            raise AssertionError(
+                f"the process running {self.name} died or hung reading .{attr}"
+            ) from None
+        if not reply["ok"]:
+            raise AssertionError(f"{self.name}.{attr} is not available: {reply['error'][:300]}")
+        try:
+            value = _codec(self.session).decode(
+                reply.get("result"), rblobs, reply.get(protocol.TENSORS, [])
+            )
+        except protocol.ProtocolError as err:
+            raise AssertionError(f"{self.name}.{attr} is not data ({err})") from None
         if isinstance(value, Remote):
             object.__setattr__(value, "name", f"{self.name}.{attr}")
         return value

@@ -1,154 +1,50 @@
 """The process that runs a student's code, inside the sandbox. It decides nothing.
 
-It imports only the standard library, torch and the student library ``mlbook`` (it runs where
-nothing else is visible). It reads requests from fd 3 and writes replies to fd 4, one frame each:
-an 8-byte length, a JSON header, then the raw bytes of every tensor the header lists. Nothing is
-pickled in either direction. Requests:
-
-    {"op": "exec", "cell": id, "source": text}    run one cell in the shared namespace
-    {"op": "call", "target": name | handle, "method": name | null, "args": [...], "kwargs": {...}}
-
-Values are JSON with tags: {"T": i} tensor number i of the frame, {"M": {...}} a toy model rebuilt
-from its config and weights, {"H": n} an object kept here (a controller, a returned function),
-{"tuple": [...]}, {"float": "nan"}. A call also returns the gradient of its first output (summed)
-with respect to every input tensor that requires grad, and the inputs' values after the call (so
-the driver can see in-place changes). What comes back is only data: the driver checks it.
+It imports only the standard library, torch, the student library ``mlbook`` and ``protocol.py``
+(bound next to it: it runs where nothing else is visible). Its one argument is a JSON object:
+{"fds": [requests, replies], "paths": [import roots], "limits": {rlimit name: value}}; it lowers its
+own rlimits before any request is read. It reads requests and writes replies, one frame each, in
+the format and schema of ``protocol.py`` (nothing is pickled). A call also returns the gradient of
+its first output (summed) with respect to every input tensor that requires grad, and the names of
+the arguments the call changed in place (the driver never copies anything back: it fails the test).
 """
 
 import json
-import math
-import os
-import struct
+import resource
 import sys
 import traceback
 
-MAX_FRAME = 256 * 1024 * 1024
+if __package__:
+    from . import protocol
+else:
+    import protocol
 
 
-def _read_exact(fd, n):
-    chunks = []
-    while n:
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+def _lower_limits(limits):
+    for name, value in limits.items():
+        key = getattr(resource, name)
+        soft, hard = resource.getrlimit(key)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(key, (value, value))
 
 
-def read_frame(fd):
-    (size,) = struct.unpack("<Q", _read_exact(fd, 8))
-    if size > MAX_FRAME:
-        raise ValueError("frame too large")
-    body = _read_exact(fd, size)
-    (hlen,) = struct.unpack("<Q", body[:8])
-    header = json.loads(body[8 : 8 + hlen])
-    blobs, offset = [], 8 + hlen
-    for meta in header.get("blobs", []):
-        blobs.append(body[offset : offset + meta["nbytes"]])
-        offset += meta["nbytes"]
-    return header, blobs
+def main(req_fd, rep_fd):
+    import inspect
 
-
-def write_frame(fd, header, blobs=()):
-    blobs = list(blobs)
-    header = dict(header, blobs=[b[0] for b in blobs]) if blobs else header
-    head = json.dumps(header).encode()
-    body = struct.pack("<Q", len(head)) + head + b"".join(b[1] for b in blobs)
-    data = struct.pack("<Q", len(body)) + body
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def main():
     import torch
 
     torch.set_num_threads(1)
-    DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool,
-              "int32": torch.int32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # fmt: skip
-    names = {v: k for k, v in DTYPES.items()}
     namespace = {"__name__": "__main__"}
     handles = {}
-    req_fd, rep_fd = 3, 4
 
-    def tensor_out(t, out):
-        t = torch.Tensor.detach(t).cpu()
-        t = torch.Tensor.contiguous(torch.Tensor.as_subclass(t, torch.Tensor))
-        if t.dtype not in names:
-            t = t.to(torch.float64)
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        out.append(({"dtype": names[t.dtype], "shape": list(t.shape), "nbytes": len(raw)}, raw))
-        return {"T": len(out) - 1}
+    def keep(obj):
+        handles[len(handles)] = obj
+        return len(handles) - 1
 
-    def encode(x, out, depth=0):
-        if depth > 6:
-            return {"type": "too deep"}
-        if isinstance(x, torch.Tensor):
-            return tensor_out(x, out)
-        if type(x) is bool or x is None or type(x) is str:
-            return x
-        if type(x) is int:
-            return x if abs(x) < 2**53 else float(x)
-        if type(x) is float:
-            return x if math.isfinite(x) else {"float": str(x)}
-        if type(x) in (tuple, list):
-            items = [encode(v, out, depth + 1) for v in x[:10000]]
-            return {"tuple": items} if type(x) is tuple else items
-        try:  # numpy scalars and arrays, python numbers of odd types: through a tensor
-            return tensor_out(torch.as_tensor(x), out)
-        except Exception:
-            pass
-        if callable(x) or hasattr(x, "__dict__"):
-            handles[len(handles)] = x
-            return {"H": len(handles) - 1, "type": type(x).__name__}
-        return {"type": type(x).__name__}
+    def owner(target):
+        return handles[target] if isinstance(target, int) else namespace[target]
 
-    def decode(x, blobs, metas, leaves):
-        if isinstance(x, list):
-            return [decode(v, blobs, metas, leaves) for v in x]
-        if not isinstance(x, dict):
-            return x
-        if "T" in x:
-            meta = metas[x["T"]]
-            dtype = DTYPES[meta["dtype"]]
-            if meta["nbytes"]:
-                t = (
-                    torch.frombuffer(bytearray(blobs[x["T"]]), dtype=torch.uint8)
-                    .view(dtype)
-                    .reshape(meta["shape"])
-                )
-            else:
-                t = torch.empty(meta["shape"], dtype=dtype)
-            if meta.get("requires_grad"):
-                t.requires_grad_(True)
-                leaves.append(t)
-            return t
-        if "tuple" in x:
-            return tuple(decode(v, blobs, metas, leaves) for v in x["tuple"])
-        if "float" in x:
-            return float(x["float"])
-        if "H" in x:
-            return handles[x["H"]]
-        if "M" in x:
-            from mlbook.posttrain import toy_lm
-
-            spec = x["M"]
-            model = getattr(toy_lm, spec["kind"])(toy_lm.ToyLMConfig(**spec["config"]))
-            state = {k: decode(v, blobs, metas, []) for k, v in spec["params"].items()}
-            model.load_state_dict(state)
-            for p in model.parameters():
-                if spec.get("grad"):
-                    leaves.append(p)
-                else:
-                    p.requires_grad_(False)
-            return model
-        if "demo" in x:
-            from mlbook.posttrain.toy_lm import DemoBatch
-
-            return DemoBatch(*[decode(v, blobs, metas, leaves) for v in x["demo"]])
-        return {k: decode(v, blobs, metas, leaves) for k, v in x.items()}
+    codec = protocol.Codec(keep=keep, make_handle=lambda h, _type: handles[h], rebuild=True)
 
     def error_text(err):
         frames = traceback.extract_tb(err.__traceback__)
@@ -163,9 +59,64 @@ def main():
         text = f"{type(err).__name__}: {err}"[:2000]
         return text + (f" ({where})" if where else "")
 
+    def arg_names(fn, args, kwargs):
+        """The parameter name of every positional argument (``argument i`` where the signature says nothing)."""
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        return [
+            params[i] if i < len(params) else f"argument {i + 1}" for i in range(len(args))
+        ] + list(kwargs)
+
+    def call(req, blobs, out):
+        leaves, received = [], []
+        metas = req.get("tensors", [])
+        args, kwargs = [], {}
+        for i, a in enumerate(req["args"]):
+            seen = []
+            args.append(codec.decode(a, blobs, metas, leaves, seen))
+            received += [(t, k, ("pos", i)) for t, k in seen]
+        for key, a in req["kwargs"].items():
+            seen = []
+            kwargs[key] = codec.decode(a, blobs, metas, leaves, seen)
+            received += [(t, k, ("kw", key)) for t, k in seen]
+        fn = owner(req["target"])
+        if req.get("method"):
+            fn = getattr(fn, req["method"])
+        result = fn(*args, **kwargs)
+        first = result[0] if isinstance(result, tuple | list) and result else result
+        grads, graph = [], False
+        if leaves and isinstance(first, torch.Tensor) and first.requires_grad:
+            graph = True
+            try:
+                got = torch.autograd.grad(first.sum(), leaves, allow_unused=True)
+                grads = [None if g is None else codec.tensor_out(g, out) for g in got]
+            except RuntimeError:
+                graph = False
+        names = arg_names(fn, args, kwargs)
+        mutated = []
+        for t, k, (kind, where) in received:  # compared with the bytes that came in
+            meta = metas[k]
+            now = torch.Tensor.detach(t)
+            changed = list(now.shape) != meta["shape"] or now.dtype != codec.dtypes[meta["dtype"]]
+            if not changed and now.numel():
+                changed = (
+                    now.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() != blobs[k]
+                )
+            name = names[where] if kind == "pos" else where
+            if changed and name not in mutated:
+                mutated.append(name)
+        attrs = {}
+        for name in req.get("attrs", []):
+            obj = fn.__self__ if req.get("method") else result
+            attrs[name] = codec.encode(getattr(obj, name, None), out)
+        return {"ok": True, "result": codec.encode(result, out), "graph": graph, "grads": grads,
+                "mutated": mutated, "attrs": attrs}  # fmt: skip
+
     while True:
         try:
-            req, blobs = read_frame(req_fd)
+            req, blobs = protocol.read_frame(req_fd)
         except EOFError:
             return
         out = []
@@ -177,55 +128,28 @@ def main():
             elif req["op"] == "defined":
                 reply = {"ok": True, "names": sorted(k for k in req["names"] if k in namespace)}
             elif req["op"] == "call":
-                leaves = []
-                metas = req.get("blobs", [])
-                args = decode(req["args"], blobs, metas, leaves)
-                kwargs = decode(req["kwargs"], blobs, metas, leaves)
-                target = req["target"]
-                fn = handles[target] if isinstance(target, int) else namespace[target]
-                if req.get("method"):
-                    fn = getattr(fn, req["method"])
-                tensor_args = [
-                    a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)
-                ]
-                result = fn(*args, **kwargs)
-                first = result[0] if isinstance(result, tuple | list) and result else result
-                grads, graph = [], False
-                if leaves and isinstance(first, torch.Tensor) and first.requires_grad:
-                    graph = True
-                    try:
-                        got = torch.autograd.grad(first.sum(), leaves, allow_unused=True)
-                        grads = [None if g is None else encode(g, out) for g in got]
-                    except RuntimeError:
-                        graph = False
-                after = [encode(a.detach(), out) for a in tensor_args]
-                attrs = {}
-                for name in req.get("attrs", []):
-                    obj = fn.__self__ if req.get("method") else result
-                    attrs[name] = encode(getattr(obj, name, None), out)
-                reply = {"ok": True, "result": encode(result, out), "graph": graph, "grads": grads,
-                         "after": after, "attrs": attrs}  # fmt: skip
+                reply = call(req, blobs, out)
             elif req["op"] == "getattr":
                 reply = {
                     "ok": True,
-                    "result": encode(getattr(handles[req["target"]], req["name"]), out),
+                    "result": codec.encode(getattr(owner(req["target"]), req["name"]), out),
                 }
             else:
                 reply = {"ok": False, "error": f"unknown op {req['op']!r}"}
         except BaseException as err:  # noqa: BLE001 - every failure of student code is a reply
-            if isinstance(err, KeyboardInterrupt | SystemExit) and req.get("op") != "exec":
-                pass
             out = []
             reply = {"ok": False, "error": error_text(err)}
         try:
-            write_frame(rep_fd, reply, out)
+            protocol.write_frame(rep_fd, reply, out)
         except Exception as err:  # noqa: BLE001 - an unencodable result is the student's problem
-            write_frame(
+            protocol.write_frame(
                 rep_fd,
                 {"ok": False, "error": f"result could not be sent back: {type(err).__name__}"},
             )
 
 
 if __name__ == "__main__":
-    sys.path[:0] = sys.argv[1:]
-    main()
+    config = json.loads(sys.argv[1])
+    _lower_limits(config.get("limits", {}))
+    sys.path[:0] = config.get("paths", [])
+    main(*config["fds"])

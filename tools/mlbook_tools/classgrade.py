@@ -4,54 +4,186 @@ N worker processes (default: the cores), one torch thread each, grade submission
 sandboxed engine; the parent alone writes the gradebook (no SQLite lock fights) and the
 ``autograded/`` notebooks. A submission whose text, checks and engine are unchanged since its
 last grading is skipped (``--force`` regrades), so an interrupted run resumes where it stopped.
-One submission can never stop the run: anything that goes wrong is a problem noted for that
-student. The state lives in ``<course>/.mlbook_grading/`` (outside ``source/``, never released).
+
+The workers are plain subprocesses (``python -m mlbook_tools.classgrade --worker``) that speak one
+JSON object per line on their stdin/stdout: nothing is pickled, and the sandboxes they start
+inherit no descriptor but their runner's pipes (``sandbox.Runner`` closes every other one), so no
+student code can reach a worker's or the parent's channel. One thread in the parent drives each
+worker. A worker that dies, hangs past the submission's budget or reports an internal error
+(a sandbox that cannot start, an engine bug) costs nothing: it is replaced and the submission is
+graded again; one that still cannot be graded is reported UNGRADED, never recorded as a grade and
+never cached. The state lives in ``<course>/.mlbook_grading/`` (outside ``source/``, never released).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import json
-import multiprocessing
 import os
 import pathlib
+import queue
+import subprocess
 import sys
+import threading
 import time
 import traceback
 
 from mlbook_tools import driver, grading, sandbox
 
-_WORKER: dict = {}
+ATTEMPTS = 2  # gradings of one submission before it is reported ungraded
+WORKER_SLACK = 90.0  # seconds a worker may take beyond the budget (start-up, notebook writing)
 
 
-def _init(course: str, assignment: str, trusted: bool, budget: float, limits: dict):
+# ------------------------------------------------------------------------------ the worker process
+
+
+def worker_main() -> None:
+    """Read {"init": ...} then {"student", "path"} lines on stdin; write one JSON line per submission."""
+    channel = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the engine prints goes to stderr, never into the channel
+    sys.stdout = sys.stderr
     import torch
 
     torch.set_num_threads(1)
-    for key, value in limits.items():  # e.g. {"CELL_SECONDS": 8}: shorter deadlines for tests
+    init = json.loads(sys.stdin.readline())
+    for key, value in init[
+        "limits"
+    ].items():  # e.g. {"CELL_SECONDS": 8}: shorter deadlines for tests
         setattr(driver, key, value)
-    source_nb, checks, secret = grading.load_course(pathlib.Path(course), assignment)
-    _WORKER.update(
-        source_nb=source_nb, checks=checks, secret=secret, trusted=trusted, budget=budget
+    source_nb, checks, secret = grading.load_course(
+        pathlib.Path(init["course"]), init["assignment"]
     )
+    for line in sys.stdin:
+        job = json.loads(line)
+        reply = _grade_one(job["student"], job["path"], source_nb, checks, secret, init)
+        channel.write(json.dumps(reply, default=str) + "\n")
+        channel.flush()
 
 
-def _grade_one(student: str, path: str) -> dict:
+def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
     t0 = time.monotonic()
     try:
-        text = pathlib.Path(path).read_text(errors="replace")
-        result, plan = grading.grade_submission(text, _WORKER["source_nb"], _WORKER["checks"], _WORKER["secret"], student,
-                                                trusted=_WORKER["trusted"], budget=_WORKER["budget"])  # fmt: skip
-        notebook = grading.autograded_notebook(_WORKER["source_nb"], plan, result)
         import nbformat
 
+        text = pathlib.Path(path).read_text(errors="replace")
+        result, plan = grading.grade_submission(text, source_nb, checks, secret, student,
+                                                trusted=init["trusted"], budget=init["budget"])  # fmt: skip
+        notebook = grading.autograded_notebook(source_nb, plan, result)
         result["notebook"] = nbformat.writes(notebook)
-    except Exception as err:  # noqa: BLE001 - the engine itself must never stop the class
-        result = {"score": 0.0, "grades": {}, "problems": [f"internal grading error: {type(err).__name__}: {err}"],
-                  "trace": traceback.format_exc()[-2000:]}  # fmt: skip
+    except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
+        return {"status": "internal", "why": f"{type(err).__name__}: {str(err)[:500]}",
+                "trace": traceback.format_exc()[-2000:]}  # fmt: skip
     result["seconds"] = round(time.monotonic() - t0, 2)
-    return result
+    return {"status": "graded", "result": result}
+
+
+class _Worker:
+    """One worker subprocess and its JSON pipe, driven by one thread of the parent."""
+
+    def __init__(self, init: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlbook_tools.classgrade", "--worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     close_fds=True, start_new_session=True, text=True)  # fmt: skip
+        self.proc.stdin.write(json.dumps(init) + "\n")
+        self.proc.stdin.flush()
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def grade(self, student: str, path: str, timeout: float) -> dict:
+        """The worker's reply, or {"status": "internal"} when it died, hung or wrote nonsense."""
+        try:
+            self.proc.stdin.write(json.dumps({"student": student, "path": path}) + "\n")
+            self.proc.stdin.flush()
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return {
+                "status": "internal",
+                "why": f"the grading worker did not answer within {timeout:.0f} s",
+            }
+        except OSError:
+            line = None
+        if line is None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            return {
+                "status": "internal",
+                "why": f"the grading worker died (exit {self.proc.returncode})",
+            }
+        try:
+            reply = json.loads(line)
+            if reply.get("status") not in ("graded", "internal"):
+                raise ValueError
+            return reply
+        except (ValueError, AttributeError):
+            return {
+                "status": "internal",
+                "why": "the grading worker wrote something that is not a reply",
+            }
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+
+def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
+    """One parent thread: take jobs, grade them on its worker, retry what was not a grade."""
+    worker = None
+    try:
+        while True:
+            try:
+                student, path, fp, attempt = jobs.get_nowait()
+            except queue.Empty:
+                return
+            if worker is None or not worker.alive():
+                worker = _Worker(init)
+            reply = worker.grade(student, path, timeout)
+            if reply["status"] == "graded":
+                done.put((student, fp, reply["result"]))
+                continue
+            worker.kill()  # a fresh worker for the retry (and for whatever comes next)
+            worker = None
+            if attempt + 1 < ATTEMPTS:
+                jobs.put((student, path, fp, attempt + 1))
+            else:
+                why = f"UNGRADED after {ATTEMPTS} attempts: {reply['why']}"
+                done.put(
+                    (
+                        student,
+                        fp,
+                        {
+                            "ungraded": True,
+                            "problems": [why],
+                            "seconds": 0,
+                            "trace": reply.get("trace"),
+                        },
+                    )
+                )
+    finally:
+        if worker is not None:
+            worker.stop()
 
 
 def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
@@ -116,19 +248,23 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
-    ctx = multiprocessing.get_context("forkserver")
-    init = (str(course), assignment, trusted, budget, limits or {})
-    with cf.ProcessPoolExecutor(
-        min(workers, max(len(jobs), 1)), ctx, initializer=_init, initargs=init
-    ) as pool:
-        futures = {pool.submit(_grade_one, s, p): (s, fp) for s, p, fp in jobs}
-        for fut in cf.as_completed(futures):
-            student, fp = futures[fut]
-            try:
-                result = fut.result()
-            except Exception as err:  # noqa: BLE001 - a dead worker costs this submission only
-                why = f"grading worker died: {type(err).__name__}"
-                result = {"score": 0.0, "grades": {}, "problems": [why], "seconds": 0}
+    init = {"course": str(course), "assignment": assignment, "trusted": trusted, "budget": budget,
+            "limits": limits or {}}  # fmt: skip
+    timeout = budget + driver.GRACE_SECONDS + WORKER_SLACK
+    todo: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+    for student, path, fp in jobs:
+        todo.put((student, path, fp, 0))
+    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout), daemon=True)
+               for _ in range(min(workers, max(len(jobs), 1)))]  # fmt: skip
+    for t in threads:
+        t.start()
+    for _ in range(len(jobs)):
+        student, fp, result = done.get()
+        if result.get("ungraded"):  # never recorded, never cached: the next run tries again
+            results[student] = result
+            line = f"{student:20s} " + "; ".join(result["problems"])
+        else:
             notebook = result.pop("notebook", None)
             try:
                 grading.record(course, assignment, student, result, source_nb, notebook)
@@ -141,11 +277,13 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
             line = _line(student, result)
-            if bar is not None:
-                bar.write(line, file=out)
-                bar.update()
-            else:
-                print(line, file=out)
+        if bar is not None:
+            bar.write(line, file=out)
+            bar.update()
+        else:
+            print(line, file=out)
+    for t in threads:
+        t.join()
     if bar is not None:
         bar.close()
     return results
@@ -166,3 +304,7 @@ def _line(student: str, result: dict) -> str:
     if problems:
         text += "  problems: " + "; ".join(problems)[:300]
     return text
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    worker_main()

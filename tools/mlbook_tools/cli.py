@@ -102,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
         print(
-            f"{len(results)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top"
+            f"{len(results) - len(ungraded)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top"
         )
+        if ungraded:
+            print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
+            return 1
         return 0
 
     from mlbook_tools.grading import grade_notebook

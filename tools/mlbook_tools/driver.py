@@ -312,18 +312,26 @@ class Session:
                         self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
                 return
             except RunnerDied:
+                self.runner.close()  # every error path: nothing of this runner survives
                 self.restarts += 1
                 if self.restarts > 6 or self.left() <= 0:
                     raise
 
     def request(self, header: dict, timeout: float, blobs=()):
         """One request under the deadline: RunnerDied("budget") without sending when no time is left."""
-        timeout = min(timeout, self.deadline - time.monotonic())
-        if timeout <= 0:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
             raise RunnerDied("budget")
         if self.runner is None or self.runner.dead:
             raise RunnerDied("died")
-        return self.runner.request(header, blobs, timeout=timeout)
+        try:
+            return self.runner.request(header, blobs, timeout=min(timeout, left))
+        except RunnerDied as err:
+            if (
+                str(err) == "timeout" and left <= timeout
+            ):  # it was the budget that ran out, not this request's time
+                raise RunnerDied("budget") from None
+            raise
 
     def ensure(self):
         if self.runner is None or self.runner.dead:

@@ -119,6 +119,9 @@ def main(req_fd, rep_fd):
             req, blobs = protocol.read_frame(req_fd)
         except EOFError:
             return
+        except protocol.ProtocolError as err:
+            protocol.write_frame(rep_fd, {"ok": False, "error": str(err)})
+            continue
         out = []
         try:
             if req["op"] == "exec":

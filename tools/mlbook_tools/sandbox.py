@@ -49,7 +49,9 @@ RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
 MAX_REPLY = protocol.MAX_REPLY
 OUTPUT_CAP = 8 * 1024
 LIMITS = {  # per sandbox (the cgroup) and per process (rlimits)
-    "memory_bytes": 3 * 1024**3,
+    "memory_bytes": 3 * 1024**3,  # RAM of the whole sandbox, tmpfs/shm/memfd included (cgroup)
+    "address_space_bytes": 4
+    * 1024**3,  # per process (RLIMIT_AS: virtual, torch reserves more than it uses)
     "cpu_seconds": 300,
     "processes": 64,
     "file_bytes": 64 * 1024**2,
@@ -381,7 +383,7 @@ def trusted_mode(no_sandbox: bool = False) -> bool:
 
 
 def _rlimits() -> dict:
-    return {"RLIMIT_AS": LIMITS["memory_bytes"], "RLIMIT_CPU": LIMITS["cpu_seconds"],
+    return {"RLIMIT_AS": LIMITS["address_space_bytes"], "RLIMIT_CPU": LIMITS["cpu_seconds"],
             "RLIMIT_NPROC": LIMITS["processes"], "RLIMIT_FSIZE": LIMITS["file_bytes"], "RLIMIT_CORE": 0}  # fmt: skip
 
 

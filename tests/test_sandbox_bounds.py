@@ -1,0 +1,209 @@
+"""The sandbox bounded as a whole: seccomp filter, file descriptors, mount table, cgroup, deadlines.
+
+The seccomp program is tested directly: a small C probe (compiled here with gcc) loads it and tries
+one way of making a process each. Then real sandboxes: only the runner's pipes are open inside,
+the repository's path is nowhere in the mount table, memory held in tmpfs, /dev/shm or memfd
+counts against the sandbox's limit, threads are capped, a malformed reply frame written by code in
+the sandbox is "runner died" with everything killed, and the hard deadline holds.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from mlbook_tools import driver, sandbox
+from mlbook_tools.config import layout
+
+ROOT = layout().root
+PROBE = pathlib.Path(__file__).parent / "data" / "seccomp_probe.c"
+needs_sandbox = pytest.mark.skipif(
+    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+)
+needs_cgroup = pytest.mark.skipif(
+    sandbox.cgroups_available() is not None, reason="no cgroup v1 here"
+)
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    exe = tmp_path_factory.mktemp("probe") / "probe"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(PROBE)], check=True)
+    return exe
+
+
+def _try(probe, what, deny_memfd=False):
+    p = subprocess.run(
+        [str(probe), what],
+        input=sandbox.seccomp_program(deny_memfd),
+        capture_output=True,
+        timeout=30,
+    )
+    return p.returncode, p.stdout.decode().strip()
+
+
+EXPECT = {
+    "thread": (0, "allowed"),
+    "fork": (0, "refused 11"),  # EAGAIN
+    "vfork": (0, "refused 11"),
+    "clone": (0, "refused 11"),  # clone without CLONE_THREAD
+    "clone3": (0, "refused 38"),  # ENOSYS: glibc falls back to clone for threads
+    "i386_fork": (-signal.SIGSYS, ""),  # int 0x80: a foreign ABI kills the process
+    "x32_fork": (-signal.SIGSYS, ""),
+}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe is x86-64")
+@pytest.mark.parametrize("what", sorted(EXPECT))
+def test_seccomp_filter_allows_threads_and_refuses_every_new_process(probe, what):
+    assert _try(probe, what) == EXPECT[what]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe is x86-64")
+def test_memfd_is_denied_where_no_cgroup_bounds_it(probe):
+    assert _try(probe, "memfd", deny_memfd=False) == (0, "allowed")
+    assert _try(probe, "memfd", deny_memfd=True) == (0, "refused 38")
+
+
+def _runner(**kw):
+    return sandbox.Runner(**kw)
+
+
+def _run(r, source, timeout=60):
+    reply, _ = r.request({"op": "exec", "cell": "t", "source": source}, timeout=timeout)
+    assert reply["ok"], reply
+    reply, _ = r.request(
+        {"op": "call", "target": "probe", "method": None, "args": [], "kwargs": {}}, timeout=timeout
+    )
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+@needs_sandbox
+def test_only_the_runner_pipes_are_open_and_the_repository_is_not_mounted():
+    r = _runner()
+    try:
+        got = _run(r, (
+            "import os, json\n\ndef probe():\n    fds = []\n    for fd in os.listdir('/proc/self/fd'):\n"
+            "        try:\n            fds.append([int(fd), os.readlink(f'/proc/self/fd/{fd}')])\n"
+            "        except OSError:\n            pass  # the descriptor listdir itself used\n"
+            "    config = json.loads(open('/proc/self/cmdline').read().split('\\0')[-2])\n"
+            "    return json.dumps([fds, config['fds'], open('/proc/self/mountinfo').read()])\n"))  # fmt: skip
+        fds, runner_fds, mountinfo = json.loads(got)
+        assert sorted(fd for fd, _ in fds) == sorted([0, 1, 2, *runner_fds]), fds
+        assert all(target.startswith(("pipe:", "/dev/null")) for _, target in fds), fds
+        assert str(ROOT) not in mountinfo and "/sandbox/site" in mountinfo
+    finally:
+        r.close()
+
+
+@needs_sandbox
+@needs_cgroup
+def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
+    monkeypatch.setitem(sandbox.LIMITS, "memory_bytes", 400 * 1024**2)
+    r = _runner()
+    try:
+        got = _run(r, (
+            "import os\n\ndef probe():\n    out = {}\n    for path in ('/dev/shm/x', '/tmp/x'):\n        try:\n"
+            "            with open(path, 'wb') as f:\n                for _ in range(300):\n                    f.write(b'1' * 2**20)\n"
+            "            out[path] = 'wrote 300 MiB'\n        except OSError as err:\n            out[path] = err.errno\n"
+            "        os.remove(path)\n    return out\n"))  # fmt: skip
+        assert got == {
+            "dict": [["/dev/shm/x", 28], ["/tmp/x", 28]]
+        }  # ENOSPC: both tmpfs are size-capped
+        r.request({"op": "exec", "cell": "m", "source": (
+            "import os\nfd = os.memfd_create('hog')\nfor _ in range(1000):\n    os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
+        pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")
+    except sandbox.RunnerDied as err:
+        assert str(err) == "memory limit"
+    finally:
+        r.close()
+    assert r.proc.poll() is not None and not r.cgroup.dirs
+
+
+@needs_sandbox
+@needs_cgroup
+def test_threads_are_capped_and_close_leaves_no_cgroup():
+    r = _runner()
+    dirs = dict(r.cgroup.dirs)
+    assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == str(
+        int(100000 * sandbox.LIMITS["cpus"])
+    )
+    try:
+        got = _run(r, (
+            "import threading, time\n\ndef probe():\n    n = 0\n    try:\n        for _ in range(500):\n"
+            "            threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n            n += 1\n"
+            "    except RuntimeError:\n        pass\n    return n\n"))  # fmt: skip
+        assert 0 < got < sandbox.LIMITS["processes"]
+    finally:
+        r.close()
+    assert not any(d.exists() for d in dirs.values())
+
+
+MALFORMED_FROM_INSIDE = {
+    "infinity": b'{"ok": true, "result": Infinity}',
+    "deep_nesting": b'{"ok": true, "result": ' + b"[" * 50000 + b"]" * 50000 + b"}",
+    "wrong_types": b'{"ok": "yes", "result": {"tensor": "0"}}',
+    "forged_after": b'{"ok": true, "result": 1, "after": [{"tensor": 0}]}',
+}
+
+
+@needs_sandbox
+@pytest.mark.parametrize("name", sorted(MALFORMED_FROM_INSIDE))
+def test_a_malformed_frame_from_the_sandbox_is_runner_died_and_kills_it(name):
+    r = _runner()
+    head = MALFORMED_FROM_INSIDE[name]
+    source = (
+        "import os, json, struct, time\n\ndef probe():\n"
+        "    fd = json.loads(open('/proc/self/cmdline').read().split('\\0')[-2])['fds'][1]\n"
+        f"    head = {head!r}\n    body = struct.pack('<Q', len(head)) + head\n"
+        "    os.write(fd, struct.pack('<Q', len(body)) + body)\n    time.sleep(60)\n"
+    )
+    r.request({"op": "exec", "cell": "t", "source": source}, timeout=60)
+    with pytest.raises(sandbox.RunnerDied, match="protocol"):
+        r.request(
+            {"op": "call", "target": "probe", "method": None, "args": [], "kwargs": {}}, timeout=30
+        )
+    assert r.dead and r.proc.poll() is not None
+    assert r.cgroup is None or not r.cgroup.dirs
+
+
+@needs_sandbox
+def test_the_watchdog_kills_the_sandbox_at_its_hard_deadline():
+    r = _runner(kill_at=time.monotonic() + 30)
+    r.kill_at = time.monotonic() + 2
+    t0 = time.monotonic()
+    with pytest.raises(sandbox.RunnerDied):
+        r.request({"op": "exec", "cell": "t", "source": "while True:\n    pass\n"}, timeout=100)
+    assert time.monotonic() - t0 < 4
+    r.close()
+
+
+@needs_sandbox
+def test_no_combination_of_cells_and_attribute_reads_exceeds_the_budget():
+    """120 cells of 0.95 s each (each got max(left, 1 s) before) and a slow property read in a loop."""
+    cells = [(f"c{i}", "import time\ntime.sleep(0.95)", False) for i in range(120)]
+    plan = driver.Plan(cells, [], [], {})
+    t0 = time.monotonic()
+    with pytest.raises(sandbox.RunnerDied):
+        driver.Session(plan, trusted=False, deadline=t0 + 6)
+    assert time.monotonic() - t0 < 6 + driver.GRACE_SECONDS + 1
+    slow = "import time\n\nclass Slow:\n    @property\n    def beta(self):\n        time.sleep(0.5)\n        return 1.0\n\ndef make():\n    return Slow()\n"  # fmt: skip
+    s = driver.Session(
+        driver.Plan([("slow", slow, False)], [], [], {}), trusted=False, deadline=float("inf")
+    )
+    try:
+        obj = driver.Remote(s, "make", name="make")()
+        s.deadline = t1 = time.monotonic() + 4
+        with pytest.raises(AssertionError, match="time budget"):
+            for _ in range(800):
+                obj.beta  # noqa: B018 - each read is a request
+        assert time.monotonic() - t1 < 1
+    finally:
+        s.close()

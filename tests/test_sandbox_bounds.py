@@ -114,9 +114,8 @@ def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
             "            with open(path, 'wb') as f:\n                for _ in range(300):\n                    f.write(b'1' * 2**20)\n"
             "            out[path] = 'wrote 300 MiB'\n        except OSError as err:\n            out[path] = err.errno\n"
             "        os.remove(path)\n    return out\n"))  # fmt: skip
-        assert got == {
-            "dict": [["/dev/shm/x", 28], ["/tmp/x", 28]]
-        }  # ENOSPC: both tmpfs are size-capped
+        got = dict(got["dict"])  # ENOSPC (size-capped tmpfs) or EFBIG (RLIMIT_FSIZE): never 300 MiB
+        assert got["/dev/shm/x"] == 28 and got["/tmp/x"] in (27, 28), got
         r.request({"op": "exec", "cell": "m", "source": (
             "import os\nfd = os.memfd_create('hog')\nfor _ in range(1000):\n    os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
         pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")

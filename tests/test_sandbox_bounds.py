@@ -117,7 +117,8 @@ def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
         got = dict(got["dict"])  # ENOSPC (size-capped tmpfs) or EFBIG (RLIMIT_FSIZE): never 300 MiB
         assert got["/dev/shm/x"] == 28 and got["/tmp/x"] in (27, 28), got
         r.request({"op": "exec", "cell": "m", "source": (
-            "import os\nfd = os.memfd_create('hog')\nfor _ in range(1000):\n    os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
+            "import os\nfds = [os.memfd_create('hog') for _ in range(25)]  # 25 x 40 MiB: each under RLIMIT_FSIZE\n"
+            "for fd in fds:\n    for _ in range(40):\n        os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
         pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")
     except sandbox.RunnerDied as err:
         assert str(err) == "memory limit"

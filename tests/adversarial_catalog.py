@@ -8,8 +8,11 @@ A cheat on top of the release must get 0 core points; damage to one function of 
 notebook costs exactly the tests in ``lost``. ``append`` code is added to the end of the last core
 answer cell (so it runs where a student's code runs); ``damage`` names a structural change.
 
+``add`` code goes into cells of the student's own (no nbgrader metadata) at the end of the notebook.
+``lost=None`` (slow entries): whatever it scores, it must finish within its bound like everyone.
+
 ENTRIES[name] = dict(kind=..., base="solved" | "release" | None, cells={grade_id: source},
-                     append=[source], lost=[test ids], damage="what:grade_id", raw=text)
+                     append=[source], add=[source], lost=[test ids] | None, damage="what:grade_id", raw=text)
 """
 
 SHAPED = "test_shaped_rewards_places_score_and_kl"
@@ -21,7 +24,9 @@ TRAIN = "test_train_ppo_increases_reward_with_bounded_kl"
 ALL = [SHAPED, GAE, CLIP, VALUE, KL, TRAIN]
 
 KINDS = ["in-process tampering", "reference import", "file system", "background process", "resource abuse",
-         "cell-structure damage", "unfair-to-correct"]  # fmt: skip
+         "cell-structure damage", "unfair-to-correct",
+         "escape", "write-back forge", "memory", "processes", "slow", "malformed frame"]  # fmt: skip
+FDPROBE = "FDPROBE:"  # the escape probe prints what it sees after this marker
 
 # zero-returning fakes for every graded function, used by the tampering entries
 _FAKES = """
@@ -186,4 +191,138 @@ ENTRIES = {
         "def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
         "    return undefined_name\n")}),
 }
+# fmt: on
+
+_REPLY_FD = "import json as _j\n_REPLY = _j.loads(open('/proc/self/cmdline').read().split('\\0')[-2])['fds'][1]\n"
+
+
+def _malformed(head: bytes) -> str:
+    """A release whose gae writes ``head`` as a reply frame on the runner's own pipe, claiming a pass."""
+    return (
+        "import os, struct, time\n"
+        + _REPLY_FD
+        + "\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        f"    head = {head!r}\n    body = struct.pack('<Q', len(head)) + head\n"
+        "    os.write(_REPLY, struct.pack('<Q', len(body)) + body)\n    time.sleep(30)\n"
+    )
+
+
+def _sc(code: str) -> str:
+    """Run x86-64 machine code (``code`` hex) through ctypes: how a student reaches a raw syscall ABI."""
+    return (
+        "import ctypes, mmap\n"
+        f"_buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n_buf.write(bytes.fromhex('{code}'))\n"
+        "_fn = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(_buf)))\n"
+        "_kids = [_fn() for _ in range(200)]\nprint('made', _kids[:5])\n"
+    )
+
+
+_SLOW_GAE = "import time\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n    time.sleep(60)\n"
+
+# fmt: off
+ENTRIES.update({
+    # ------------------------------------------------------------------ escape into the grader
+    "escape_fd_and_mount_probe": dict(kind="escape", base="solved", lost=[], add=[
+        "import os, json\n_fds = {}\nfor _fd in os.listdir('/proc/self/fd'):\n    try:\n"
+        "        _fds[int(_fd)] = os.readlink(f'/proc/self/fd/{_fd}')\n    except OSError:\n        pass\n"
+        "_cfg = json.loads(open('/proc/self/cmdline').read().split('\\0')[-2])\n"
+        "_mi = open('/proc/self/mountinfo').read()\n"
+        "print('" + FDPROBE + "' + json.dumps({'fds': sorted(_fds), 'runner': _cfg['fds'], "
+        "'repo_mounted': '{REPO}' in _mi, 'course_mounted': '{COURSE}' in _mi}))\n"]),
+    "escape_pickle_into_every_fd": dict(kind="escape", base="release", cells=_in_answer(
+        "import os, pickle, struct\n\n\nclass _Evil:\n    def __reduce__(self):\n"
+        "        return (exec, (\"open('{COURSE}/pwned-{TOKEN}', 'w')\",))\n\n\n"
+        "_p = pickle.dumps(_Evil())\nfor _fd in range(3, 1024):\n    try:\n"
+        "        os.write(_fd, struct.pack('!i', len(_p)) + _p)\n    except OSError:\n        pass\n" + _FAKES)),
+    "escape_proc_paths_of_pid1": dict(kind="escape", base="release", cells=_in_answer(
+        "import os\nfor _p in ['/proc/1/cmdline', '/proc/1/environ', '/proc/self/mountinfo']:\n    try:\n"
+        "        for _w in open(_p).read().replace('\\0', ' ').split():\n"
+        "            if _w.startswith('/') and os.path.isdir(_w):\n"
+        "                for _n in os.listdir(_w)[:20]:\n"
+        "                    if _n.endswith(('.db', '.txt', '.ipynb')):\n"
+        "                        open(os.path.join(_w, _n), 'a').write('x')\n"
+        "    except OSError as err:\n        print(err)\n" + _FAKES)),
+    "escape_ptrace_and_signals": dict(kind="escape", base="release", cells=_in_answer(
+        "import ctypes, os, signal\n_libc = ctypes.CDLL(None)\nfor _pid in (0, 1, os.getppid()):\n"
+        "    print(_libc.ptrace(16, _pid, 0, 0))  # PTRACE_ATTACH\n"
+        "for _pid in range(1, 50):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n    except OSError:\n        pass\n" + _FAKES)),
+    "escape_network_and_sockets": dict(kind="escape", base="release", cells=_in_answer(
+        "import socket\nfor _addr in [('127.0.0.1', 22), ('10.0.0.1', 80)]:\n    try:\n"
+        "        socket.create_connection(_addr, timeout=1)\n    except OSError as err:\n        print(err)\n"
+        "try:\n    _s = socket.socket(socket.AF_UNIX)\n    _s.connect('\\0mlbook')\nexcept OSError as err:\n    print(err)\n" + _FAKES)),
+    # ------------------------------------------------------------------ write-back forgery
+    "writeback_no_ppo_math": dict(kind="write-back forge", base="release", cells={
+        "last_response_index": "import torch\n\n\ndef last_response_index(response_mask):\n"
+        "    response_mask.zero_()\n    return torch.zeros(response_mask.shape[0], dtype=torch.long)\n",
+        "shaped_rewards": "import torch\n\n\ndef shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"
+        "    logp_ref.copy_(logp_policy)\n    scores.zero_()\n    return torch.zeros_like(logp_policy)\n",
+        "gae": "import torch\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    rewards.zero_()\n    values.zero_()\n    return torch.zeros_like(rewards), torch.zeros_like(rewards)\n"}),
+    "writeback_fake_value_loss": dict(kind="write-back forge", base="solved", lost=[VALUE, TRAIN], cells={"value_loss": (
+        "import torch\n\n\ndef value_loss(values, old_values, returns, response_mask, clip_eps=0.2):\n"
+        "    with torch.no_grad():\n        values.copy_(returns)\n        old_values.copy_(returns)\n"
+        "    return (values * 0).sum()\n")}),
+    "writeback_wrong_clip_plus_two_lines": dict(kind="write-back forge", base="solved", lost=[CLIP, TRAIN], cells={"ppo_clip_loss": (
+        "import torch\n\n\ndef ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
+        "    ratio = torch.exp(logp_new - logp_old)  # no clipping: a catalogued wrong answer\n"
+        "    loss = -(ratio * advantages * response_mask).sum() / response_mask.sum()\n"
+        "    with torch.no_grad():\n        logp_old.copy_(logp_new)\n        advantages.clamp_(-0.2, 0.2)\n"
+        "    return loss, 0.0\n")}),
+    "writeback_scores_after_shaping": dict(kind="write-back forge", base="solved", lost=[SHAPED, TRAIN], append=[
+        "_shaped = shaped_rewards\n\n\ndef shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"
+        "    out = _shaped(scores, logp_policy, logp_ref, response_mask, beta)\n    scores.mul_(10.0)\n    return out\n"]),
+    "writeback_gae_inputs": dict(kind="write-back forge", base="solved", lost=[GAE, TRAIN], append=[
+        "_gae = gae\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    adv, ret = _gae(rewards, values, response_mask, gamma=gamma, lam=lam)\n    rewards.fill_(0.0)\n    return adv, ret\n"]),
+    # ------------------------------------------------------------------ memory (bounded per sandbox)
+    "memory_dev_shm_hog": dict(kind="memory", base="solved", lost=[], add=[
+        "try:\n    with open('/dev/shm/hog', 'wb') as _f:\n        for _ in range(4096):\n            _f.write(b'1' * 2**20)\n"
+        "except OSError as err:\n    print('shm capped', err)\n"]),
+    "memory_memfd_hog_in_gae": dict(kind="memory", base="solved", lost=[GAE, TRAIN], cells={"gae": (
+        "import os\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    fds = [os.memfd_create('hog') for _ in range(100)]\n"
+        "    for fd in fds:\n        for _ in range(60):\n            os.write(fd, b'1' * 2**20)\n    return rewards, values\n")}),
+    "memory_tmp_filler": dict(kind="memory", base="solved", lost=[], add=[
+        "import os\nfor _i in range(64):\n    try:\n        with open(f'/tmp/f{_i}', 'wb') as _f:\n"
+        "            for _ in range(60):\n                _f.write(b'1' * 2**20)\n    except OSError as err:\n"
+        "        print('tmp full', err)\n        break\n"]),
+    "memory_top_level_hog": dict(kind="memory", base="solved", lost=[], add=[
+        "import torch\n_hog = [torch.ones(256, 1024, 1024) for _ in range(40)]  # 40 GiB\n"]),
+    # ------------------------------------------------------------------ processes (refused by seccomp, capped by pids)
+    "processes_i386_int80_fork": dict(kind="processes", base="solved", lost=[], add=[_sc("b802000000cd80c3")]),
+    "processes_x32_fork": dict(kind="processes", base="solved", lost=[], add=[_sc("b839000040" + "0f05c3")]),
+    "processes_raw_clone": dict(kind="processes", base="solved", lost=[], add=[
+        "import ctypes\n_libc = ctypes.CDLL(None)\nprint([_libc.syscall(56, 17, 0, 0, 0, 0) for _ in range(50)])\n"
+        "print([_libc.syscall(58) for _ in range(5)])\n"]),
+    "processes_thread_bomb": dict(kind="processes", base="solved", lost=[], add=[
+        "import threading, time\n_n = 0\ntry:\n    for _ in range(100000):\n"
+        "        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\n        _n += 1\n"
+        "except RuntimeError as err:\n    print('threads capped at', _n, err)\n"]),
+    "processes_subprocess_shell": dict(kind="processes", base="release", cells=_in_answer(
+        "import subprocess\ntry:\n    subprocess.run(['sh', '-c', 'sleep 100 &'], timeout=5)\nexcept Exception as err:\n"
+        "    print('no subprocess', err)\n" + _FAKES)),
+    # ------------------------------------------------------------------ slow (the per-submission bound holds)
+    "slow_cells_just_under_a_second": dict(kind="slow", base="solved", lost=None, add=[
+        "import time\ntime.sleep(0.95)\n"] * 60),
+    "slow_property_read_in_a_loop": dict(kind="slow", base="solved", lost=None, append=[
+        "import time as _t\n\n\nclass AdaptiveKLController(AdaptiveKLController):\n"
+        "    def __getattribute__(self, name):\n        _t.sleep(0.5)\n        return object.__getattribute__(self, name)\n"]),
+    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], cells={"gae": _SLOW_GAE}),
+    "slow_busy_threads": dict(kind="slow", base="solved", lost=None, add=[
+        "import threading\n\n\ndef _spin():\n    while True:\n        pass\n\n\n"
+        "_spinners = [threading.Thread(target=_spin, daemon=True) for _ in range(8)]\n"
+        "for _s in _spinners:\n    _s.start()\n"]),
+    # ------------------------------------------------------------------ malformed reply frames
+    "malformed_infinity": dict(kind="malformed frame", base="release", cells={"gae": _malformed(
+        b'{"ok": true, "result": {"tuple": [Infinity, Infinity]}}')}),
+    "malformed_deep_nesting": dict(kind="malformed frame", base="release", cells={"gae": _malformed(
+        b'{"ok": true, "result": ' + b"[" * 100000 + b"]" * 100000 + b"}")}),
+    "malformed_wrong_types": dict(kind="malformed frame", base="release", cells={"gae": _malformed(
+        b'{"ok": "yes", "result": {"tensor": "0"}, "graph": 1}')}),
+    "malformed_oversize_length": dict(kind="malformed frame", base="release", cells={"gae": (
+        "import os, struct\n" + _REPLY_FD + "\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    os.write(_REPLY, struct.pack('<Q', 1 << 40) + b'x' * 1000)\n    return rewards, values\n")}),
+    "malformed_frame_in_correct_work": dict(kind="malformed frame", base="solved", lost=[GAE, TRAIN], cells={"gae": _malformed(
+        b'{"ok": true, "result": {"pickle": "gASV"}}')}),
+})
 # fmt: on

@@ -30,7 +30,12 @@ TOKEN = (
     "zq7xk" + "TOKEN" + "93b"
 )  # never written literally into a submission's output by the graders
 POINTS = {adv.SHAPED: 2, adv.GAE: 2, adv.CLIP: 2, adv.VALUE: 1, adv.KL: 1, adv.TRAIN: 2}
-LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0}
+LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536 * 1024**2}
+BUDGET = 30.0  # per submission in these runs (slow entries use all of it)
+BOUND = (
+    BUDGET + driver.GRACE_SECONDS + 20
+)  # what one submission may take, sandbox start-up included
+WORKERS = 2
 
 pytestmark = pytest.mark.skipif(
     sandbox.check_available() is not None, reason="bubblewrap cannot start here"
@@ -59,6 +64,13 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
             cell.source = _fill(entry["cells"][gid], course)
         if gid == "AdaptiveKLController" and entry.get("append"):
             cell.source += "\n\n\n" + "\n\n".join(_fill(a, course) for a in entry["append"])
+    for k, source in enumerate(
+        entry.get("add", [])
+    ):  # the student's own cells at the end, run as a whole
+        body = "\n".join("    " + line for line in _fill(source, course).splitlines())
+        cells.append(
+            nbformat.v4.new_code_cell(f"def _attack_{k}():\n{body}\n\n\n_r{k} = _attack_{k}()\n")
+        )
     damage = entry.get("damage") or ""
     what, _, target = damage.partition(":")
     index = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(cells)}
@@ -121,7 +133,7 @@ def run(tmp_path_factory):
             pass
 
     results = grade_class(
-        course, NB, workers=2, progress=False, out=Out(), limits=LIMITS, budget=120
+        course, NB, workers=WORKERS, progress=False, out=Out(), limits=LIMITS, budget=BUDGET
     )
     seconds = time.monotonic() - t0
     time.sleep(5)  # longer than the daemon entry waits before it strikes
@@ -137,7 +149,7 @@ def test_catalog_is_big_enough_and_covers_every_class():
     kinds = {}
     for entry in adv.ENTRIES.values():
         kinds[entry["kind"]] = kinds.get(entry["kind"], 0) + 1
-    assert len(adv.ENTRIES) >= 25 and set(kinds) == set(adv.KINDS), kinds
+    assert len(adv.ENTRIES) >= 50 and set(kinds) == set(adv.KINDS), kinds
 
 
 def test_the_class_run_completes_for_everyone(run):
@@ -162,7 +174,12 @@ def test_entry_gets_exactly_what_it_earned(run, name):
     if entry.get("base") != "solved":
         assert scores["score"] == 0, (name, {k: g["score"] for k, g in scores["grades"].items()})
         return
+    assert run["results"][name]["seconds"] <= BOUND, (
+        name
+    )  # the per-submission bound holds for everyone
     lost = entry.get("lost", [])
+    if lost is None:  # slow entries: whatever they score, they finished within the bound (above)
+        return
     for test, points in POINTS.items():
         want = 0 if test in lost else points
         assert scores["grades"][test]["score"] == want, (
@@ -248,7 +265,7 @@ def test_regrading_is_resumable_and_gives_the_same_scores(run):
         progress=False,
         out=open(os.devnull, "w"),
         limits=LIMITS,
-        budget=120,
+        budget=BUDGET,
     )
     assert {k: v["score"] for k, v in again.items()} == {
         k: v["score"] for k, v in run["results"].items()
@@ -268,3 +285,50 @@ def test_five_gradings_of_one_submission_give_one_score(run):
             )
         )
     assert len(seen) == 1 and json.loads(seen.pop())[adv.TRAIN][0] == 2
+
+
+def test_nothing_but_the_runner_pipes_reaches_a_sandbox_started_by_a_class_worker(run):
+    """The escape probe ran inside a sandbox that a grade-class worker started: it saw only the
+    runner's two pipes and stdin/stdout/stderr, and neither the repository nor the course is mounted."""
+    output = run["results"]["escape_fd_and_mount_probe"]["output"]
+    line = next(part for part in output.splitlines() if part.startswith(adv.FDPROBE))
+    seen = json.loads(line[len(adv.FDPROBE) :])
+    assert seen["fds"] == sorted([0, 1, 2, *seen["runner"]]), seen
+    assert not seen["repo_mounted"] and not seen["course_mounted"]
+
+
+def test_no_submission_is_left_ungraded_and_no_internal_error_is_a_grade(run):
+    for name, result in run["results"].items():
+        assert not result.get("ungraded"), (name, result.get("problems"))
+        assert "internal" not in " ".join(result.get("problems", [])), name
+
+
+@pytest.fixture(scope="module")
+def alone(run, tmp_path_factory):
+    """The same two honest submissions graded in a class of their own."""
+    course = tmp_path_factory.mktemp("alonecourse")
+    for part in ("nbgrader_config.py", driver.SECRET_FILE, "source"):
+        src = run["course"] / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, course / part)
+    run_nbgrader(["generate_assignment", NB, "--force"], course)
+    for student in ("alice", "bob"):
+        target = course / "submitted" / student / NB / f"{NB}.ipynb"
+        target.parent.mkdir(parents=True)
+        target.write_text(run["subs"][student])
+    return grade_class(course, NB, workers=WORKERS, progress=False, out=open(os.devnull, "w"), limits=LIMITS,
+                       budget=BUDGET)  # fmt: skip
+
+
+def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(run, alone):
+    """Issue 16 section 5: alice (correct) and bob (untouched release) alone, and beside every attack class
+    in one 2-worker run: identical verdicts, and the shared run within n x bound / workers."""
+    kinds = {adv.ENTRIES[n]["kind"] for n in run["results"] if n in adv.ENTRIES}
+    assert {"escape", "write-back forge", "memory", "processes", "slow", "malformed frame"} <= kinds
+    for student in ("alice", "bob"):
+        beside = {
+            k: (g["score"], g["message"]) for k, g in run["results"][student]["grades"].items()
+        }
+        by_itself = {k: (g["score"], g["message"]) for k, g in alone[student]["grades"].items()}
+        assert beside == by_itself, student
+    assert run["results"]["alice"]["score"] == 10 and run["results"]["bob"]["score"] == 0
+    assert run["seconds"] <= len(run["results"]) * BOUND / WORKERS

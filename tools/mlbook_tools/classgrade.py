@@ -48,8 +48,11 @@ def worker_main() -> None:
     init = json.loads(sys.stdin.readline())
     for key, value in init[
         "limits"
-    ].items():  # e.g. {"CELL_SECONDS": 8}: shorter deadlines for tests
-        setattr(driver, key, value)
+    ].items():  # {"CELL_SECONDS": 8, "sandbox.memory_bytes": ...}: tests
+        if key.startswith("sandbox."):
+            sandbox.LIMITS[key.split(".", 1)[1]] = value
+        else:
+            setattr(driver, key, value)
     source_nb, checks, secret = grading.load_course(
         pathlib.Path(init["course"]), init["assignment"]
     )

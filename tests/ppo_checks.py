@@ -80,10 +80,22 @@ def _last_index_loop(mask):
 
 
 def _call_quiet(fn, *args, **kwargs):
-    """Call student code with warnings silenced (any stderr output would zero an nbgrader test cell)."""
+    """Call student code with warnings silenced (any stderr output would zero an nbgrader test cell).
+
+    It gets private copies of its tensor inputs: every expectation is computed from values it never
+    saw, and a function that changes an input in place fails (the contract does not allow it)."""
+    mine = list(args) + list(kwargs.values())
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in mine]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fn(*args, **kwargs)
+        out = fn(*copies[: len(args)], **dict(zip(kwargs, copies[len(args) :], strict=True)))
+    names = [f"argument {i + 1}" for i in range(len(args))] + [f"`{k}`" for k in kwargs]
+    for name, a, b in zip(names, mine, copies, strict=True):
+        if isinstance(a, torch.Tensor) and not torch.equal(a.detach(), b.detach()):
+            raise AssertionError(
+                f"your function changed its input ({name}) in place; it must leave its inputs as they are"
+            )
+    return out
 
 
 def check_shaped_rewards(shaped_rewards, last_response_index, seed=0):

@@ -336,7 +336,13 @@ class Codec:
             }
         if self.keep is None:  # the driver: only data and rebuildable library types go out
             return self._encode_rebuildable(x, blobs, leaves, depth)
-        if type(x).__module__ == "numpy" or type(x).__name__ in ("float64", "float32", "int64"):
+        if isinstance(
+            x, bool | int | float
+        ):  # a subclass of a number (runs its own __float__/__int__ here)
+            return self.encode(
+                float(x) if isinstance(x, float) else int(x), blobs, leaves, depth + 1
+            )
+        if type(x).__module__ == "numpy":
             try:  # numpy scalars and arrays: through a tensor
                 return self.tensor_out(torch.as_tensor(x), blobs)
             except Exception:  # noqa: BLE001

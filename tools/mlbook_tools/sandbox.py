@@ -240,6 +240,15 @@ def cgroups_available() -> str | None:
         Cgroup(LIMITS).remove()
     except OSError as err:
         return f"cannot create a cgroup v1 group: {err}"
+    for c in _CONTROLLERS:  # groups left by a grader that was killed (their processes died with it)
+        parent = _own_cgroup(c)
+        for stale in parent.glob("mlbook-sandbox-*") if parent else []:
+            pid = stale.name.split("-")[2]
+            if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
+                try:
+                    stale.rmdir()
+                except OSError:
+                    pass
     return None
 
 

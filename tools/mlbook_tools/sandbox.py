@@ -267,7 +267,10 @@ def _cache_home() -> pathlib.Path:
 
 
 def _link_tree(src: pathlib.Path, dst: pathlib.Path):
-    """Hard links where the file system allows them (milliseconds for torch), copies where it does not."""
+    """Hard links where the file system allows them (milliseconds for torch), copies where it does not.
+
+    Compiled ``__pycache__`` files come along (their source mtimes are the same files' mtimes), so the
+    sandbox's interpreter does not compile torch again at every start."""
 
     def link(a, b):
         try:
@@ -276,8 +279,9 @@ def _link_tree(src: pathlib.Path, dst: pathlib.Path):
             shutil.copy2(a, b)
 
     if src.is_dir():
-        shutil.copytree(src, dst, copy_function=link, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        shutil.copytree(
+            src, dst, copy_function=link, symlinks=True
+        )  # with __pycache__: no recompiling
     else:
         link(src, dst)
 
@@ -300,7 +304,7 @@ def _stage_items():
         libs = exe.parents[2] / f"{exe.parents[1].name}.libs"
         if libs.is_dir():
             items.append((f"tool/{libs.name}", libs))
-    h = hashlib.sha256()
+    h = hashlib.sha256(b"stage 2: with __pycache__")
     for name, path in items:
         h.update(f"{name}\0{path}\0".encode())
         if (

@@ -582,7 +582,9 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         return verdict(False, f"internal: the course has no check {fname}")
     try:
         session.ensure()
-    except RunnerDied:
+    except RunnerDied as err:
+        if str(err) == "budget":
+            return verdict(False, "not run: the time budget for this submission ran out")
         return verdict(False, "not run: the notebook's code crashes or hangs the Python process")
     student_args = [a for a in args if a in plan.student_names]
     defined = session.defined(list(plan.student_names))

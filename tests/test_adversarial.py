@@ -31,7 +31,9 @@ TOKEN = (
 )  # never written literally into a submission's output by the graders
 POINTS = {adv.SHAPED: 2, adv.GAE: 2, adv.CLIP: 2, adv.VALUE: 1, adv.KL: 1, adv.TRAIN: 2}
 LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536 * 1024**2}
-BUDGET = 45.0  # per submission in these runs (slow entries use all of it; honest work needs ~6 s quiet)
+BUDGET = (
+    45.0  # per submission in these runs (slow entries use all of it; honest work needs ~6 s quiet)
+)
 BOUND = (
     BUDGET + driver.GRACE_SECONDS + 20
 )  # what one submission may take, sandbox start-up included

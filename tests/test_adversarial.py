@@ -337,3 +337,26 @@ def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(run, alone)
         assert beside == by_itself, student
     assert run["results"]["alice"]["score"] == 10 and run["results"]["bob"]["score"] == 0
     assert run["seconds"] <= len(run["results"]) * BOUND / WORKERS
+
+
+def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(run, tmp_path):
+    """A grading that fails inside the engine (here: a deadline that is not a number) is no grade: the
+    worker is replaced, the submission tried again, then reported UNGRADED, not recorded, not cached."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    course = tmp_path / "broken"
+    for part in ("nbgrader_config.py", driver.SECRET_FILE, "source"):
+        src = run["course"] / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, course / part)
+    run_nbgrader(["generate_assignment", NB, "--force"], course)
+    target = course / "submitted" / "alice" / NB / f"{NB}.ipynb"
+    target.parent.mkdir(parents=True)
+    target.write_text(run["subs"]["alice"])
+    out = []
+    results = grade_class(course, NB, workers=1, progress=False, out=type("O", (), {"write": lambda s, t: out.append(t), "flush": lambda s: None})(),
+                          limits={"CELL_SECONDS": "not a number"}, budget=BUDGET)  # fmt: skip
+    assert results["alice"].get("ungraded") and "UNGRADED after 2 attempts" in "".join(out)
+    assert not (course / ".mlbook_grading" / NB / "alice.json").exists()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        with pytest.raises(MissingEntry):
+            gb.find_submission(NB, "alice")

@@ -316,6 +316,9 @@ class Session:
                 self.restarts += 1
                 if self.restarts > 6 or self.left() <= 0:
                     raise
+            except BaseException:
+                self.runner.close()
+                raise
 
     def request(self, header: dict, timeout: float, blobs=()):
         """One request under the deadline: RunnerDied("budget") without sending when no time is left."""

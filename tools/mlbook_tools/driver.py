@@ -263,12 +263,8 @@ class Session:
     watchdog kills the sandbox whatever is running. ``self.deadline`` may be lowered for one check."""
 
     def __init__(self, plan: Plan, trusted: bool, deadline: float):
-        self.plan, self.trusted, self.deadline, self.hard_deadline = (
-            plan,
-            trusted,
-            deadline,
-            deadline,
-        )
+        self.plan, self.trusted, self.deadline = plan, trusted, deadline
+        self.hard_deadline = deadline  # never moves (self.deadline may be lowered for one check)
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
         self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)

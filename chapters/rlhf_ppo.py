@@ -2055,7 +2055,7 @@ print(
 print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "c0430c61852bd4a488c593a1e8cf8fe4", "grade": true, "grade_id": "ex1_larger_beta", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "7bb7cd92e92a54b81d260bd529feb1d0", "grade": true, "grade_id": "ex1_larger_beta", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "183fa8f9efa11a957080333410e8156f", "grade": false, "grade_id": "70_exercises-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2109,7 +2109,7 @@ print(
     [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()],
 )
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "2d0d1c90f8428c4e15ddb334090ecc40", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1550e9c5429d36d3c81122da222dbb05", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2130,7 +2130,7 @@ print(
 raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 2} nbgrader={"cell_type": "markdown", "checksum": "e69a6216b66a3f4c120a34827430eb56", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2549b3b172c457e1f0afe1604cb1c557", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2157,7 +2157,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "017914d3a85dcf58b181c3892a89f346", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "code", "checksum": "4683b11220b875789da8d9a9d574cfc3", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -2182,7 +2182,7 @@ assert _value.requires_grad, (
 raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "9752f420f7bdb55a522f7652f44c07a6", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "b596908cca3ceb9c09b0422e163631ef", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c3eb331c43c779c917be10c8b3bb4e73", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2208,7 +2208,7 @@ def importance_ratios(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "07ecf0585baacb9f8cac8c4872792d07", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "code", "checksum": "66c06263f25c2c48fe3c67832f66d651", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -2235,7 +2235,7 @@ assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), 
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "11db6f37717f01432e2f9c717c84c4aa", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bd54dcfd64986fe53b2375a637a82923", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}

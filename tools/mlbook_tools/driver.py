@@ -100,6 +100,15 @@ class Plan:
     skipped: list[str] = field(default_factory=list)  # cells flagged as demonstrations
 
 
+def cell_points(cell) -> float:
+    """The points a graded cell is worth: its nbgrader points, or for extra credit (nbgrader points 0,
+    scored as ``Grade.extra_credit``) the points ``mlbook build`` states in ``metadata.mlbook``."""
+    mlbook = cell.get("metadata", {}).get("mlbook", {})
+    if isinstance(mlbook, dict) and "extra_credit" in mlbook:
+        return float(mlbook["extra_credit"])
+    return float(_meta(cell).get("points", 0))
+
+
 def _meta(cell) -> dict:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return meta if isinstance(meta, dict) else {}
@@ -172,14 +181,16 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         previous = gid
         mine = by_id.get(gid)
         if meta.get("grade") and meta.get("solution"):
-            manual.append((gid, float(meta.get("points", 0))))
+            manual.append((gid, cell_points(cell)))
             if mine is None:
-                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+                problems.append(
+                    f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
+                )
             continue
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(Test(gid, float(meta.get("points", 0)), gid.startswith(EXTRA_PREFIX)))
+            tests.append(Test(gid, cell_points(cell), gid.startswith(EXTRA_PREFIX)))
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
             continue
@@ -187,7 +198,9 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
             for name in _defined_names(cell.source):
                 names[name] = gid
             if mine is None:
-                problems.append(f"answer cell {gid!r} is missing (deleted, or its metadata was changed)")
+                problems.append(
+                    f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
+                )
                 continue
             add(gid, _text(mine), False)
             continue
@@ -544,7 +557,9 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
 
     check = checks.CHECKS.get(test.grade_id)
     if check is None:
-        return verdict(False, "this test has no declared check (tests/ppo_checks.py); it needs manual grading")
+        return verdict(
+            False, "this test has no declared check (tests/ppo_checks.py); it needs manual grading"
+        )
     if session is None:
         return verdict(False, "not run: the notebook's code could not be loaded")
     if time.monotonic() >= deadline:
@@ -596,16 +611,21 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         session.deadline = session_deadline
 
 
-def summarise(verdicts: list[Verdict]) -> dict:
+def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:
+    """Core (the named tests) and extra credit (``ex*``) apart; written answers count in the maximum
+    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show)."""
     core = [v for v in verdicts if not v.extra]
     extra = [v for v in verdicts if v.extra]
+    waiting = {gid: points for gid, points in manual}
+
+    def part(vs, extra_part):
+        mine = {g: p for g, p in waiting.items() if g.startswith(EXTRA_PREFIX) == extra_part}
+        return {"score": sum(v.score for v in vs), "max_score": sum(v.points for v in vs) + sum(mine.values()),
+                "awaiting_manual": sorted(mine)}  # fmt: skip
+
     return {
-        "score": sum(v.score for v in core),
-        "max_score": sum(v.points for v in core),
-        "extra_credit": {
-            "score": sum(v.score for v in extra),
-            "max_score": sum(v.points for v in extra),
-        },
+        **part(core, False),
+        "extra_credit": part(extra, True),
         "grades": {
             v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message}
             for v in verdicts

@@ -228,6 +228,10 @@ def run_nbgrader(
         **os.environ,
         "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    try:  # a scratch course outside the repo: its autograde (the sandboxed engine) still finds the checks
+        env.setdefault("MLBOOK_ROOT", str(layout().root))
+    except FileNotFoundError:
+        pass
     cmd = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"]
     run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if check and run.returncode != 0:

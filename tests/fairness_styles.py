@@ -312,6 +312,12 @@ STYLES: dict[str, dict] = {
         "cells": {"AdaptiveKLController": _CONTROLLER_UNFINISHED},
         "lost": [KL],
     },
+    "controller cell left unfinished (syntax error)": {
+        "cells": {
+            "AdaptiveKLController": "class AdaptiveKLController:\n    def __init__(self, beta, target, horizon=10):\n        self.beta = \n"
+        },
+        "lost": [KL],
+    },
     "helper module in an added cell": {
         "cells": {
             "gae": "import sys\n\nsys.path.insert(0, '/tmp')\nfrom my_ppo_helpers import td_error\n\n\n"

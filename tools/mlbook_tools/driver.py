@@ -1,9 +1,11 @@
 """The trusted side of grading: it never runs student code, it only judges the data that comes back.
 
 For one submission: read the notebook (any damage is a problem noted for this student, not a crash),
-plan the namespace the way nbgrader would restore it (locked cells from the SOURCE notebook, the
-student's solution cells), build it in a sandboxed runner cell by cell (a cell that crashes or
-hangs the process is skipped after a restart), then run every graded check here, in this process,
+plan the cells the way ``nbgrader autograde`` would run them (locked cells from the SOURCE notebook,
+the student's answer cells and added cells, each whole, in notebook order; cells flagged as
+demonstrations skipped), run them in a sandboxed IPython shell (``runner.py``; a cell that crashes
+or hangs the process is skipped after a restart), then call every graded check declared in the
+registry (``CHECKS`` of tests/ppo_checks.py) here, in this process,
 with the student's functions replaced by remote proxies: each call sends plain tensors over the
 pipe and gets plain tensors back, validated, under a deadline. The checks' inputs are seeded from
 HMAC(course secret, student, test), so no submission can know them in advance and a regrade
@@ -32,7 +34,6 @@ import torch
 
 from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
 
-HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 EXTRA_PREFIX = "ex"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool,
           "int32": torch.int32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # fmt: skip
@@ -43,8 +44,6 @@ CALL_SECONDS = 10.0  # one call into the student's code
 CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
 SECRET_FILE = "grading_secret.txt"
-# Read-only cells import these for figures and display only; the graded functions never need them.
-SKIP_IMPORTS = {"matplotlib", "IPython", "mlbook.figures", "mlbook.plotting", "tqdm"}
 
 
 class CannotGrade(Exception):

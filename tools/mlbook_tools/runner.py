@@ -5,7 +5,7 @@ nothing else is visible). It reads requests from fd 3 and writes replies to fd 4
 an 8-byte length, a JSON header, then the raw bytes of every tensor the header lists. Nothing is
 pickled in either direction. Requests:
 
-    {"op": "exec", "cell": id, "source": text}    run one cell in the shared namespace
+    {"op": "exec", "cell": id, "source": text}    run one cell through IPython, as Jupyter does
     {"op": "call", "target": name | handle, "method": name | null, "args": [...], "kwargs": {...}}
 
 Values are JSON with tags: {"T": i} tensor number i of the frame, {"M": {...}} a toy model rebuilt

@@ -12,7 +12,7 @@ from ppo_checks import CHECKS
 _ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}
 KL = _ID["check_kl_controller"]
 
-_GAE_WITH_HELPER = """def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+_GAE_WITH_HELPER = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
     validate_per_token(response_mask, rewards=rewards, values=values)
     advantages = torch.zeros_like(rewards)
     carry = rewards.new_zeros(rewards.shape[0])
@@ -40,7 +40,7 @@ _CONTROLLER_SLOTS = '''class AdaptiveKLController:
     def __init__(self, beta, target, horizon=10):
         if beta <= 0 or target <= 0 or horizon <= 0:
             raise ValueError("beta, target and horizon must be positive")
-        self.beta, self.target, self.horizon = beta, target, horizon
+        self.target, self.horizon, self.beta = target, horizon, beta
 
     def update(self, kl, n_steps=1):
         error = min(0.2, max(-0.2, float(kl) / self.target - 1.0))
@@ -71,7 +71,7 @@ _CONTROLLER_PROPERTY = """class AdaptiveKLController:
     def __init__(self, beta, target, horizon=10):
         if beta <= 0 or target <= 0 or horizon <= 0:
             raise ValueError("beta, target and horizon must be positive")
-        self._beta, self.target, self.horizon = beta, target, horizon
+        self.target, self.horizon, self._beta = target, horizon, beta
 
     @property
     def beta(self):
@@ -85,14 +85,14 @@ _CONTROLLER_PROPERTY = """class AdaptiveKLController:
 
 _CONTROLLER_UNFINISHED = """class AdaptiveKLController:
     def __init__(self, beta, target, horizon=10):
-        self.beta, self.target, self.horizon = beta, target, horizon
+        self.target, self.horizon, self.beta = target, horizon, beta
 
     def update(self, kl, n_steps=1):
         # YOUR CODE HERE
         raise NotImplementedError()
 """
 
-_VALUE_INPLACE = """def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):
+_VALUE_INPLACE = """def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
     validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
     low = old_values - clip_eps
     high = old_values + clip_eps
@@ -106,7 +106,7 @@ _VALUE_INPLACE = """def value_loss(values, old_values, returns, response_mask, c
 _VALUE_PRINT_WARN = """import warnings
 
 
-def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):
+def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
     validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
     if clip_eps > 1:
         warnings.warn("a clip range above 1 hardly clips")
@@ -122,7 +122,7 @@ warnings.warn("my value_loss prints its input shape (debugging)")
 _VALUE_DISPLAY = """from IPython.display import Markdown, display
 
 
-def value_loss(values, old_values, returns, response_mask, clip_eps=0.2):
+def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
     validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
     v_clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
     worst = torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
@@ -143,7 +143,7 @@ def last_response_index(response_mask):
     return torch.from_numpy(np.ascontiguousarray(last)).long()
 """
 
-_GAE_FLOAT64 = """def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+_GAE_FLOAT64 = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
     validate_per_token(response_mask, rewards=rewards, values=values)
     r, v, m = (x.double() for x in (rewards, values, response_mask))
     adv = torch.zeros_like(r)
@@ -157,7 +157,7 @@ _GAE_FLOAT64 = """def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
     return adv, (adv + values) * response_mask
 """
 
-_GAE_RECURSIVE = """def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+_GAE_RECURSIVE = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
     validate_per_token(response_mask, rewards=rewards, values=values)
     T = rewards.shape[1]
     m = response_mask.to(rewards.dtype)
@@ -182,7 +182,7 @@ _GAE_GENERATOR = """def _backwards(n):
         t -= 1
 
 
-def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
     validate_per_token(response_mask, rewards=rewards, values=values)
     cols = {}
     carry = rewards.new_zeros(rewards.shape[0])
@@ -200,7 +200,7 @@ _GAE_CLOSURE = """def _make_gae():
     def step(carry, delta, m, gamma, lam):
         return m * (delta + gamma * lam * carry)
 
-    def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):
+    def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
         validate_per_token(response_mask, rewards=rewards, values=values)
         advantages = torch.zeros_like(rewards)
         carry = rewards.new_zeros(rewards.shape[0])
@@ -221,7 +221,7 @@ gae = _make_gae()
 _CLIP_FUNCTOOLS = """import functools
 
 
-def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
+def ppo_clip_loss(logp_new: torch.Tensor, logp_old, advantages, response_mask, clip_eps=0.2):
     validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
     ratio = torch.exp(logp_new - logp_old)
     clip = functools.partial(torch.clamp, min=1 - clip_eps, max=1 + clip_eps)

@@ -163,7 +163,8 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 #
 # One iteration of the whole loop, with the four models involved:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d84a97de09fb98ad999513d4f217f2e4", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "acf36d8a4e39d3e9c36f73ff2f3dd157", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
 show(
     draw_pipeline(),
     alt="Diagram of one PPO-RLHF iteration. Prompts go to the trained policy, which samples responses; the frozen "
@@ -223,7 +224,8 @@ show(
 # The figure below (drawn by `mlbook.figures.plot_clip_objective`) shows the per-token objective
 # for both signs; shaded regions are where the gradient is zero.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02843d7092efd6a92ff4402c3cf4018d", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68eee150ad24c1ad0f7b48353e2960ea", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
 show(
     plot_clip_objective(eps=0.2),
     alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "
@@ -976,7 +978,8 @@ class RunLog:
         return torch.zeros(())
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "962958dcf5fb5a6dff3c2b771367ae76", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "698b5052d1cebfe9d080a7261d4773c1", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 CHAPTER_RUN = PPOConfig()
 
 
@@ -997,7 +1000,8 @@ for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
         print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68a739145724b00046712e1ea6a0a36c", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7814d1d56fd4b43fc649f914c6576da6", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 curves = (
@@ -1034,7 +1038,8 @@ for row in samples:
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1384a627397ffb4e2519292d4b712c77", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5e342548da36b4ae85285fc5cd071a8", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
     resp, m = step["tokens"][:, 1:], step["mask"]  # (B, T-1) each: response token t is resp[:, t]
@@ -1094,7 +1099,8 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "28999e71d526fa3ad915ec2e72401fd5", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "96900235b0247564c7920734f5dc6cbd", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
 full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)  # (B, T)
@@ -1138,7 +1144,8 @@ show(
 # as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
 # `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c4b6bf3dd1391b1cf9c2d31f2b777979", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "42161eb140cdac8036c99a37b3096f7d", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
     m = step["mask"]
@@ -1214,7 +1221,7 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "526dfc9fcc9d358c2dc0ae001591fdbc", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7c355e73074022a42f937e814eef0631", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import (
@@ -1224,17 +1231,19 @@ from mlbook.posttrain.systems import (
     rlhf_over_pretraining,
 )
 
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "29c15be700d1f1d9a93e3ef226022cc4", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# Demonstration only: the autograder skips this cell.
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
 toy_rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
 print(f"toy policy: {n_policy:,} parameters, critic: {n_critic:,} parameters")
 display(Markdown(format_memory_table(toy_rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a07091e6affc5f335beaa87ad86a7b5f", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "904738495f39a2a57415aacdae46186e", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "74578ea445483039a2a617d82def51a7", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bae286d7102f9664143d73adb1aca078", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -1244,7 +1253,7 @@ print(
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "29957bb4b677e4ac9c6e4ab3e55bfbdd", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c25880c205b130d6aa297b65c5eb9d79", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
@@ -1264,7 +1273,7 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6103bf1188c5b26efce331f18f6937c0", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "583b4d187498e8fadf9e2f490a16f166", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -1277,7 +1286,7 @@ variants = {
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "6adb04caf05fc545208b85bee50efa48", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2f7107aa069c9dd24aa0b7c221e2ff8b", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.2 Time: where the seconds of a step go
 #
 # A PPO step has four phases. This section times them with one definition, the `StepClock` of
@@ -1307,7 +1316,7 @@ for name, bytes_per_param in variants.items():
 # split on the toy, builds a model that predicts it from two measured properties of this machine,
 # checks the prediction against the measurement, and then asks the same model about a 7B policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd1bf2a5843462a70560b5565338fed5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e91fe4f8253ffb1b83d145055bd7ae9a", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16, HBM3 [H100]
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
 floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
@@ -1316,13 +1325,14 @@ print(f"decode does about B FLOPs per weight byte read: memory-bound for B < {ri
 print(f"7B, one GPU: each decode step takes >= {floor_ms:.1f} ms just to stream the weights,")
 print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequential steps")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "526bab0b6fc1c5e9cba6353536263c11", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1035dbf4b440f02368e701bde8cd3550", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now measure the toy. `time_ppo_step` runs one step on copies of your trained `policy` and `critic`
 # (a fresh optimiser each time, so nothing in the notebook changes) and reports the median of each
 # phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
 # reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d45ab7f2140b61581b5107e9ba3c1466", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b20d6fb7dc22aebdaa5637d2f4ca8c39", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 from functools import partial
 
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
@@ -1334,7 +1344,7 @@ n_resp = split["response_tokens"]
 print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c48492cac9883e73b7a725a17e6b2cd", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c50dfa2e7a8a9bc305c8dc53dd589b17", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # At eight tokens the update dominates. Before changing the response length, fix the sampler.
 #
 # **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
@@ -1347,7 +1357,8 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e1dd379cb098951b21f2a3c917e99982", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
@@ -1357,14 +1368,15 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04fc06d40b23a02ce59345cf7c2df35e", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0545db8553a1fdf3f69fdd5a08f27b9e", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17b5375ba83c265bc768c058c295672d", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -1379,7 +1391,7 @@ for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fe28eb47c2784d26ad7a8fe00f179bc", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "36aaeba9637459c51cae681203ee6971", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -1396,7 +1408,8 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5ad2908826e22ed6b45b3cff2b24c25", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c8eec7b95c95f5ec9ceec1a4ea892f4", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 import io
 
 from IPython.display import Image
@@ -1456,7 +1469,7 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d35da288a87a614f9513ac73e9ffb651", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "76539128e2adea674877ca3ebc467708", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
@@ -1484,7 +1497,8 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5476267b7ec416877ba92ad95af3f3b4", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7776bead93b47beb8550174815016690", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
@@ -1513,7 +1527,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "110250ecefa15d9e5082400b620efb0b", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1b88c9da3cddd68361fc4f8eb3847e99", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2041,7 +2055,7 @@ print(
 print(f"summed log-ratio log pi - log pi_ref over the sample: {ex1_log_ratio:+.2f}")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "c0430c61852bd4a488c593a1e8cf8fe4", "grade": true, "grade_id": "ex1_larger_beta", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "7bb7cd92e92a54b81d260bd529feb1d0", "grade": true, "grade_id": "ex1_larger_beta", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "183fa8f9efa11a957080333410e8156f", "grade": false, "grade_id": "70_exercises-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2095,7 +2109,7 @@ print(
     [round(x, 3) + 0.0 for x in ex2_loop[0].tolist()],
 )
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "6d1be5567ecbcec4ebf99db06ab1a6d3", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "2d0d1c90f8428c4e15ddb334090ecc40", "grade": true, "grade_id": "ex2_telescoping", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1550e9c5429d36d3c81122da222dbb05", "grade": false, "grade_id": "70_exercises-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2110,12 +2124,13 @@ print(
 # per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
 # tokens is the count. Add one more count after `ppo_update` returns.)
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "05bbfe92077e7301dfc426cb01019a7a", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 2} nbgrader={"cell_type": "markdown", "checksum": "e69a6216b66a3f4c120a34827430eb56", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2549b3b172c457e1f0afe1604cb1c557", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2142,7 +2157,7 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "017914d3a85dcf58b181c3892a89f346", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "code", "checksum": "4683b11220b875789da8d9a9d574cfc3", "grade": true, "grade_id": "ex4_ptx_test", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -2161,12 +2176,13 @@ assert _value.requires_grad, (
     "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 )
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "3ea68229eae44b5b005bbee4192f788f", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Demonstration only: the autograder skips this cell.
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "9752f420f7bdb55a522f7652f44c07a6", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "b596908cca3ceb9c09b0422e163631ef", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c3eb331c43c779c917be10c8b3bb4e73", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2192,7 +2208,7 @@ def importance_ratios(
     raise NotImplementedError("replace this line with your implementation")
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "07ecf0585baacb9f8cac8c4872792d07", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "code", "checksum": "66c06263f25c2c48fe3c67832f66d651", "grade": true, "grade_id": "ex5_stale_test", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -2214,11 +2230,12 @@ assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), 
     "a model against itself has ratio 1"
 )
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "0e14577dd436903ce2b6862f49588dc6", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Demonstration only: the autograder skips this cell.
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
-# %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "11db6f37717f01432e2f9c717c84c4aa", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bd54dcfd64986fe53b2375a637a82923", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}

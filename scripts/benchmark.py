@@ -30,7 +30,7 @@ import torch
 from mlbook_solutions.ppo_lm import PPOConfig, collect_rollouts, ppo_update
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
-from mlbook_tools.grading import grade_notebook, run_nbgrader
+from mlbook_tools.grading import grade_notebook, run_nbgrader, use_kernel_autograde
 from nbclient import NotebookClient
 
 from mlbook.posttrain.roofline import Shape, measure_machine
@@ -107,6 +107,8 @@ def _fresh_course(tmp: pathlib.Path, name: str) -> pathlib.Path:
     course.mkdir()
     shutil.copy(ROOT / "autograde" / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "autograde" / "source", course / "source")
+    if name == "nbgrader":  # the reference: plain nbgrader in a kernel, as before the sandbox
+        use_kernel_autograde(course)
     run_nbgrader(["generate_assignment", "rlhf_ppo", "--force"], course)
     _class_of_16(course)
     return course

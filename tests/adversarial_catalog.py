@@ -15,12 +15,11 @@ ENTRIES[name] = dict(kind=..., base="solved" | "release" | None, cells={grade_id
                      append=[source], add=[source], lost=[test ids] | None, damage="what:grade_id", raw=text)
 """
 
-SHAPED = "test_shaped_rewards_places_score_and_kl"
-GAE = "test_gae_matches_brute_force_and_mc_return"
-CLIP = "test_ppo_clip_loss_gradient_and_clipping"
-VALUE = "test_value_loss_clipping"
-KL = "test_kl_controller_moves_beta_toward_target"
-TRAIN = "test_train_ppo_increases_reward_with_bounded_kl"
+from ppo_checks import CHECKS
+
+_ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
+SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_ppo_clip_loss"]
+VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
 ALL = [SHAPED, GAE, CLIP, VALUE, KL, TRAIN]
 
 KINDS = ["in-process tampering", "reference import", "file system", "background process", "resource abuse",
@@ -171,7 +170,8 @@ ENTRIES = {
     # ------------------------------------------------------------------ cell-structure damage
     "duplicated_graded_cell": dict(kind=KINDS[5], base="solved", lost=[], damage="duplicate:" + GAE),
     "deleted_answer_cell": dict(kind=KINDS[5], base="solved", lost=[GAE, TRAIN], damage="delete:gae"),
-    "renamed_answer_cell": dict(kind=KINDS[5], base="solved", lost=[CLIP, TRAIN], damage="rename:ppo_clip_loss"),
+    # nbgrader drops an unknown grade id and runs the cell (OverwriteCells): so does the engine (noted as a problem)
+    "renamed_answer_cell": dict(kind=KINDS[5], base="solved", lost=[], damage="rename:ppo_clip_loss"),
     "stripped_test_cell_metadata": dict(kind=KINDS[5], base="solved", lost=[], damage="strip:" + VALUE),
     "edited_locked_train_loop": dict(kind=KINDS[5], base="release", cells={}, damage="fake_train_ppo"),
     "edited_test_cell": dict(kind=KINDS[5], base="release", cells={}, damage="blank_tests"),

@@ -11,12 +11,11 @@ through the check cells students see: ``HIDDEN_ONLY[name] = reason`` marks the m
 left to the hidden tests alone.
 """
 
-SHAPED = "test_shaped_rewards_places_score_and_kl"
-GAE = "test_gae_matches_brute_force_and_mc_return"
-CLIP = "test_ppo_clip_loss_gradient_and_clipping"
-VALUE = "test_value_loss_clipping"
-KL = "test_kl_controller_moves_beta_toward_target"
-TRAIN = "test_train_ppo_increases_reward_with_bounded_kl"
+from ppo_checks import CHECKS
+
+_ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
+SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_ppo_clip_loss"]
+VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
 
 _SHAPED_TEMPLATE = (
     "def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"

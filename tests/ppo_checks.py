@@ -5,6 +5,12 @@
 * ``mlbook build`` copies each ``check_*`` function, with only the helpers it uses, into the
   hidden-test cell of the nbgrader source notebook, where it is called on the student's functions.
 
+Every graded check is declared once, with ``@graded(grade_id, points)``: ``CHECKS`` (grade id ->
+``Check``) is the one registry. ``mlbook build`` writes each test cell's points and hidden call from
+it (a fragment header names only the grade id), the sandboxed grader calls the checks from it, and
+the test suites import it instead of copying grade ids. A check's parameters (all but ``seed``) are
+the notebook names it needs, in order; grade ids starting with ``ex`` are extra credit.
+
 So this module must stay self-contained: it imports only torch, math and the toy LM library, never
 ``mlbook_solutions``. Every expected value is computed independently (Python loops, brute-force
 sums, hand-derived numbers), and student results are coerced to float64 tensors before any
@@ -12,10 +18,48 @@ comparison, so an object whose ``__eq__`` always returns True cannot pass.
 Failure messages speak the chapter's language, because the student reads them in the feedback.
 """
 
+import inspect
 import math
 import warnings
+from dataclasses import dataclass
 
 import torch
+
+EXTRA_PREFIX = "ex"  # grade ids of the optional extra-credit exercises
+
+
+@dataclass(frozen=True)
+class Check:
+    grade_id: str
+    points: float
+    fn: object
+    names: tuple  # the notebook names the check is called with, from its signature
+
+    @property
+    def extra(self) -> bool:
+        return self.grade_id.startswith(EXTRA_PREFIX)
+
+    def call_source(self) -> str:
+        """How the hidden-test cell calls it: ``check_gae(gae)``."""
+        return f"{self.fn.__name__}({', '.join(self.names)})"
+
+
+CHECKS: dict = {}  # grade id -> Check, in chapter order
+
+
+def graded(grade_id: str, points: float):
+    """Declare a ``check_*`` function as the graded check of test cell ``grade_id``."""
+
+    def declare(fn):
+        if grade_id in CHECKS:
+            raise ValueError(f"grade id {grade_id!r} is declared twice")
+        params = list(inspect.signature(fn).parameters)
+        if params[-1:] != ["seed"]:
+            raise ValueError(f"{fn.__name__} must take seed=0 as its last parameter")
+        CHECKS[grade_id] = Check(grade_id, points, fn, tuple(params[:-1]))
+        return fn
+
+    return declare
 
 
 def _expect(condition, message):
@@ -98,6 +142,7 @@ def _call_quiet(fn, *args, **kwargs):
     return out
 
 
+@graded("test_shaped_rewards_places_score_and_kl", points=2)
 def check_shaped_rewards(shaped_rewards, last_response_index, seed=0):
     """test_shaped_rewards_places_score_and_kl: KL fee on every response token, score on the last one."""
     for dtype in (torch.float32, torch.float64):
@@ -197,6 +242,7 @@ def _brute_gae(rewards, values, mask, gamma, lam):
     return adv
 
 
+@graded("test_gae_matches_brute_force_and_mc_return", points=2)
 def check_gae(gae, seed=0):
     """test_gae_matches_brute_force_and_mc_return: the recursion equals the explicit sum; lambda = 1 gives MC returns."""
     for dtype in (torch.float32, torch.float64):
@@ -268,6 +314,7 @@ def _brute_clip(logp_new, logp_old, adv, mask, eps):
     return -total / count
 
 
+@graded("test_ppo_clip_loss_gradient_and_clipping", points=2)
 def check_ppo_clip_loss(ppo_clip_loss, seed=0):
     """test_ppo_clip_loss_gradient_and_clipping: value, vanilla-PG gradient at ratio 1, zero gradient once clipped."""
     eps = 0.2
@@ -381,6 +428,7 @@ def check_ppo_clip_loss(ppo_clip_loss, seed=0):
         )
 
 
+@graded("test_value_loss_clipping", points=1)
 def check_value_loss(value_loss, seed=0):
     """test_value_loss_clipping: 0.5 * max of the unclipped and the clipped squared error, clip around V_old."""
     for dtype in (torch.float32, torch.float64):
@@ -427,6 +475,7 @@ def check_value_loss(value_loss, seed=0):
             )
 
 
+@graded("test_kl_controller_moves_beta_toward_target", points=1)
 def check_kl_controller(AdaptiveKLController, seed=0):
     """test_kl_controller_moves_beta_toward_target: proportional update, error clipped to +-0.2, scaled by n_steps/horizon."""
     g = torch.Generator().manual_seed(seed)
@@ -490,6 +539,7 @@ def check_kl_controller(AdaptiveKLController, seed=0):
 TRAIN_SEEDS = 20  # the seeds the slow sweep (tests/test_slow.py) shows the reference passes on
 
 
+@graded("test_train_ppo_increases_reward_with_bounded_kl", points=2)
 def check_train_ppo(train_ppo, PPOConfig, seed=0):
     """test_train_ppo_increases_reward_with_bounded_kl: the whole loop on the toy LM, reward = number of 'good' tokens."""
     from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
@@ -541,6 +591,7 @@ def _ex4_expected(model, batch, coef):
     return coef * total / count
 
 
+@graded("ex4_ptx_test", points=1)
 def check_ex4_ptx_loss(make_ptx_loss, seed=0):
     """ex4_ptx_test: ptx_coef * SFT loss of the policy it is given, with the right gradient."""
     from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, demonstration_batch
@@ -589,6 +640,7 @@ def check_ex4_ptx_loss(make_ptx_loss, seed=0):
     )
 
 
+@graded("ex5_stale_test", points=1)
 def check_ex5_importance_ratios(importance_ratios, seed=0):
     """ex5_stale_test: pi_policy / pi_sampler of every sampled token, 1 off the response."""
     from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample

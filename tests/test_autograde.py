@@ -11,7 +11,6 @@ broken ones cost only their own points; the run goes on. nbgrader's own ``genera
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,17 +21,11 @@ import pytest
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
+from ppo_checks import CHECKS
 
 ROOT = layout().root
 NB = "rlhf_ppo"
-SIX = [
-    "test_shaped_rewards_places_score_and_kl",
-    "test_gae_matches_brute_force_and_mc_return",
-    "test_ppo_clip_loss_gradient_and_clipping",
-    "test_value_loss_clipping",
-    "test_kl_controller_moves_beta_toward_target",
-    "test_train_ppo_increases_reward_with_bounded_kl",
-]
+SIX = [gid for gid, check in CHECKS.items() if not check.extra]  # the six named tests
 
 
 def _solved_with(answers: dict[str, str]) -> str:
@@ -68,7 +61,10 @@ def course(tmp_path_factory):
         target = root / "submitted" / student / NB / f"{NB}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_text(text)
-    results = grade_class(root, NB, workers=2, progress=False, out=open(os.devnull, "w"))
+    with open(
+        root / "grade_class.txt", "w"
+    ) as out:  # its summary lines, as the instructor reads them
+        results = grade_class(root, NB, workers=2, progress=False, out=out)
     assert set(results) == set(submissions)
     return root
 
@@ -203,9 +199,11 @@ def test_mlbook_grade_prints_every_message_and_the_manual_cells():
     assert "awaiting manual grading" in run.stdout and "core total: 0 / 10" in run.stdout
 
 
-def test_plain_nbgrader_autograde_does_not_zero_a_correct_notebook_that_warns(course):
+def test_nbgrader_autograde_grades_through_the_sandbox_and_grade_class_notices(course):
+    """formgrader's Autograde button runs `nbgrader autograde` with the course config: the sandboxed engine
+    grades (no hidden test left in the autograded notebook), and grade-class regrades what it did not write."""
     root = course
-    # a stderr line that catch_warnings cannot silence (the hidden tests silence warnings.warn already)
+    # a stderr line in a helper: plain nbgrader zeroed such a test cell; the engine never looks at stderr
     warn = (
         "import sys\n_gae = gae\n\n\ndef gae(*a, **k):\n"
         "    print('Warning: a harmless note', file=sys.stderr)\n    return _gae(*a, **k)\n"
@@ -218,4 +216,60 @@ def test_plain_nbgrader_autograde_does_not_zero_a_correct_notebook_that_warns(co
     target.parent.mkdir(parents=True)
     nbformat.write(nb, target)
     run_nbgrader(["autograde", NB, "--force", "--student=wendy"], root)
-    assert read_scores(root / "gradebook.db", NB, "wendy")["grades"][cat.GAE]["score"] == 2
+    scores = read_scores(root / "gradebook.db", NB, "wendy")
+    assert scores["score"] == scores["max_score"] == 10 and scores["extra_credit"]["score"] == 2
+    autograded = (root / "autograded" / "wendy" / NB / f"{NB}.ipynb").read_text()
+    assert "BEGIN HIDDEN TESTS" not in autograded and "_brute_gae" not in autograded
+    assert "sandboxed engine" in autograded
+    # the same button over a grade-class result: the next grade-class run regrades that student
+    run_nbgrader(["autograde", NB, "--force", "--student=alice"], root)
+    with open(root / "regrade.txt", "w") as out:
+        grade_class(root, NB, workers=1, progress=False, out=out)
+    lines = (root / "regrade.txt").read_text()
+    assert lines.startswith("alice") and "wendy" in lines and "bob" not in lines, lines
+
+
+def test_one_score_everywhere(course):
+    """One correct submission: grade-class's line, the gradebook (formgrader's data), feedback, export, mlbook grade."""
+    from mlbook_tools.grading import grade_notebook
+    from nbgrader.api import Gradebook
+
+    core, core_max, extra, extra_max = (
+        10,
+        10,
+        2,
+        8,
+    )  # 8 = two graded exercises (1 each) + 6 for written answers
+    line = next(
+        l for l in (course / "grade_class.txt").read_text().splitlines() if l.startswith("alice")
+    )
+    assert f"core {core:4g}/{core_max}  extra {extra}/{extra_max}" in line, line
+    assert "awaiting manual grading: 5" in line
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:  # what formgrader shows
+        sub = gb.find_submission(NB, "alice")
+        assert sub.max_score == core_max  # extra-credit cells are worth 0 points in nbgrader ...
+        assert sub.score == core + extra  # ... and their points are nbgrader's extra_credit
+        grades = {g.name: g for nb in sub.notebooks for g in nb.grades}
+        assert sum(g.extra_credit or 0 for g in grades.values()) == extra
+        waiting = [n for n, g in grades.items() if g.needs_manual_grade]
+        assert len(waiting) == 5 and all(n.startswith("ex") for n in waiting)
+    scores = read_scores(course / "gradebook.db", NB, "alice")
+    assert (scores["score"], scores["max_score"]) == (core, core_max)
+    assert (scores["extra_credit"]["score"], scores["extra_credit"]["max_score"]) == (
+        extra,
+        extra_max,
+    )
+    run_nbgrader(["generate_feedback", NB, "--force", "--student=alice"], course)
+    html = (course / "feedback" / "alice" / NB / f"{NB}.html").read_text()
+    assert (
+        f"Core: {core} / {core_max} points." in html
+        and f"Extra credit: {extra} / {extra_max}" in html
+    )
+    assert "Awaiting manual grading" in html and "Score: 0.0 / 1.0" not in html
+    run_nbgrader(["export", "--to", str(course / "one.csv")], course)
+    row = next(r for r in csv.DictReader((course / "one.csv").open()) if r["student_id"] == "alice")
+    assert [float(row[k]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
+        core, core_max, extra, extra_max]  # fmt: skip
+    mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
+    assert (mine["score"], mine["max_score"]) == (core, core_max)
+    assert (mine["extra_credit"]["score"], mine["extra_credit"]["max_score"]) == (extra, extra_max)

@@ -19,12 +19,10 @@ from mlbook_tools.config import layout
 ROOT = layout().root
 SECRET = b"test-secret"
 CHECKS = {
-    cat.SHAPED: (ppo_checks.check_shaped_rewards, ["shaped_rewards", "last_response_index"]),
-    cat.GAE: (ppo_checks.check_gae, ["gae"]),
-    cat.CLIP: (ppo_checks.check_ppo_clip_loss, ["ppo_clip_loss"]),
-    cat.VALUE: (ppo_checks.check_value_loss, ["value_loss"]),
-    cat.KL: (ppo_checks.check_kl_controller, ["AdaptiveKLController"]),
-}
+    gid: (c.fn, list(c.names))
+    for gid, c in ppo_checks.CHECKS.items()
+    if not c.extra and gid != cat.TRAIN
+}  # fmt: skip  (the registry: grade id -> check, names)
 USES = {"shaped_rewards": [cat.SHAPED], "last_response_index": [cat.SHAPED], "gae": [cat.GAE], "ppo_clip_loss": [cat.CLIP],
         "value_loss": [cat.VALUE], "AdaptiveKLController": [cat.KL]}  # fmt: skip
 SYMBOLS = list(USES)
@@ -157,7 +155,7 @@ def test_plan_restores_locked_cells_and_notes_damage():
 
 def test_students_own_helper_cells_are_part_of_their_answer():
     """A correct gae that calls a helper from a cell the student added (no nbgrader metadata) must pass:
-    the grader runs the definitions of added cells in place, as nbgrader runs the whole notebook."""
+    the grader runs added cells whole, in place, as nbgrader runs the whole notebook."""
     source_nb = nbformat.read(
         ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
     )
@@ -176,9 +174,7 @@ def test_students_own_helper_cells_are_part_of_their_answer():
     names = [name for name, _, _ in plan.cells]
     added = [k for k, (name, text, _) in enumerate(plan.cells) if "def _carry_step" in text]
     assert len(added) == 1 and added[0] < names.index("gae"), names
-    assert (
-        "print(" not in plan.cells[added[0]][1]
-    )  # definitions only: no demo code of the student's
+    assert "print(" in plan.cells[added[0]][1]  # the whole cell, as Jupyter runs it
     s = driver.Session(plan, trusted=False, deadline=float("inf"))
     try:
         assert not s.cell_errors, s.cell_errors
@@ -187,3 +183,26 @@ def test_students_own_helper_cells_are_part_of_their_answer():
         )
     finally:
         s.close()
+
+
+def test_plan_runs_every_read_only_cell_whole_unless_the_notebook_flags_it():
+    """No static filter: each read-only code cell of the source runs as written, in notebook order, unless
+    its first line is the demonstration flag (visible in the student's notebook too)."""
+    source_nb = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
+    release = nbformat.read(ROOT / "chapters" / "rlhf_ppo.ipynb", as_version=4)
+    plan = driver.make_plan(source_nb, nbformat.writes(release))
+    planned = {gid: src for gid, src, _ in plan.cells}
+    read_only = [c for c in source_nb.cells if c.cell_type == "code"
+                 and not c.metadata["nbgrader"].get("grade") and not c.metadata["nbgrader"].get("solution")]  # fmt: skip
+    for cell in read_only:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        if driver.is_demo(cell.source):
+            assert gid in plan.skipped and gid not in planned
+        else:
+            assert planned[gid] == cell.source, gid
+    shown = {c.metadata["nbgrader"]["grade_id"] for c in release.cells if driver.is_demo(c.source)}
+    assert set(plan.skipped) <= shown  # the reader sees every flag the grader honours
+    order = [c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells]
+    assert [order.index(g) for g in planned] == sorted(order.index(g) for g in planned)

@@ -232,7 +232,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         if not force and state.exists():
             try:
                 old = json.loads(state.read_text())
-                if old.get("fingerprint") == fp:
+                if old.get("fingerprint") == fp and _made_here(course, assignment, student, fp):
                     results[student] = old
                     continue
             except (OSError, ValueError):
@@ -268,7 +268,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             results[student] = result
             line = f"{student:20s} " + "; ".join(result["problems"])
         else:
-            notebook = result.pop("notebook", None)
+            notebook = _marked(result.pop("notebook", None), fp)
             try:
                 grading.record(course, assignment, student, result, source_nb, notebook)
             except Exception as err:  # noqa: BLE001
@@ -292,6 +292,29 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     return results
 
 
+def _marked(notebook: str | None, fp: str) -> str | None:
+    """The autograded notebook with the fingerprint of the grading that made it (in its metadata)."""
+    if notebook is None:
+        return None
+    data = json.loads(notebook)
+    data.setdefault("metadata", {})["mlbook"] = {
+        "graded_by": "mlbook grade-class",
+        "fingerprint": fp,
+    }
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> bool:
+    """Whether the autograded notebook is still the one this grading wrote: `nbgrader autograde` (or
+    formgrader's button) run since then replaced it and its gradebook rows, so the student is regraded."""
+    path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
+    try:
+        meta = json.loads(path.read_text()).get("metadata", {}).get("mlbook", {})
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("fingerprint") == fp
+
+
 def _line(student: str, result: dict) -> str:
     ex = result.get("extra_credit", {})
     problems = result.get("problems", [])
@@ -304,6 +327,9 @@ def _line(student: str, result: dict) -> str:
             f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s")  # fmt: skip
     if failed:
         text += f"  failed: {len(failed)}"
+    waiting = [*result.get("awaiting_manual", []), *ex.get("awaiting_manual", [])]
+    if waiting:
+        text += f"  awaiting manual grading: {len(waiting)}"
     if problems:
         text += "  problems: " + "; ".join(problems)[:300]
     return text

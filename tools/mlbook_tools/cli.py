@@ -144,8 +144,20 @@ def print_report(result: dict) -> None:
             print("       " + g["message"].replace("\n", "\n       "))
     for name in result.get("manual", []):
         print(f"...  {name:50s} awaiting manual grading")
-    print(f"core total: {result['score']:g} / {result['max_score']:g}    "
-          f"extra credit: {result['extra_credit']['score']:g} / {result['extra_credit']['max_score']:g}")  # fmt: skip
+    print(
+        f"core total: {result['score']:g} / {result['max_score']:g}    "
+        + _part("extra credit", result["extra_credit"])
+    )
+
+
+def _part(label: str, part: dict) -> str:
+    """``extra credit: 2 / 8 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
+    text = f"{label}: {part['score']:g} / {part['max_score']:g}"
+    return text + (
+        f" (awaiting manual grading: {len(part['awaiting_manual'])} answers)"
+        if part.get("awaiting_manual")
+        else ""
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The trusted side of grading: it never runs student code, it only judges the data that comes back.
 
 For one submission: read the notebook (any damage is a problem noted for this student, not a crash),
-plan the namespace the way nbgrader would restore it (locked cells from the SOURCE notebook, the
-student's solution cells), build it in a sandboxed runner cell by cell (a cell that crashes or
-hangs the process is skipped after a restart), then run every graded check here, in this process,
+plan the cells the way ``nbgrader autograde`` would run them (locked cells from the SOURCE notebook,
+the student's answer cells and added cells, each whole, in notebook order; cells flagged as
+demonstrations skipped), run them in a sandboxed IPython shell (``runner.py``; a cell that crashes
+or hangs the process is skipped after a restart), then call every graded check declared in the
+registry (``CHECKS`` of tests/ppo_checks.py) here, in this process,
 with the student's functions replaced by remote proxies: each call sends plain tensors over the
 pipe and gets plain tensors back, validated, under a deadline. The checks' inputs are seeded from
 HMAC(course secret, student, test), so no submission can know them in advance and a regrade
@@ -33,7 +35,6 @@ import torch
 from mlbook_tools import protocol
 from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
 
-HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 EXTRA_PREFIX = "ex"
 CELL_SECONDS = 20.0  # one solution cell while the namespace is built
 CALL_SECONDS = 10.0  # one call into the student's code
@@ -41,8 +42,6 @@ CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
 GRACE_SECONDS = 5.0  # past budget + grace the watchdog kills the sandbox, whatever it is doing
 SECRET_FILE = "grading_secret.txt"
-# Read-only cells import these for figures and display only; the graded functions never need them.
-SKIP_IMPORTS = {"matplotlib", "IPython", "mlbook.figures", "mlbook.plotting", "tqdm"}
 
 
 class CannotGrade(Exception):
@@ -69,22 +68,42 @@ def check_seed(secret: bytes, student: str, test: str) -> int:
 # ------------------------------------------------------------------------------- the plan
 
 
+# The notebook's own flag for cells that only demonstrate (training runs, sweeps, figures): a first
+# line the reader sees, written by `mlbook build` from the fragment header `demo=true`. The grader
+# skips such a cell; a student who deletes the line gets the cell run, as Jupyter would run it.
+DEMO_FLAG = "# Demonstration only: the autograder skips this cell."
+_DEMO = re.compile(r"\A\s*#\s*Demonstration only: the autograder skips this cell", re.IGNORECASE)
+
+
+def is_demo(source: str) -> bool:
+    return bool(_DEMO.match(source))
+
+
 @dataclass
 class Test:
     grade_id: str
     points: float
-    call: str | None  # "check_gae(gae)", or None when the test is not a check_* call
     extra: bool
 
 
 @dataclass
 class Plan:
-    cells: list[tuple[str, str, bool]]  # (grade_id, source, trusted)
+    cells: list[tuple[str, str, bool]]  # (cell id, source, trusted), in notebook order, run whole
     tests: list[Test]
     manual: list[tuple[str, float]]  # (grade_id, points) of manually graded cells
-    student_names: dict[str, str]  # symbol -> grade_id of the solution cell that defines it
+    student_names: dict[str, str]  # symbol -> grade_id of the answer cell that defines it
     problems: list[str] = field(default_factory=list)
     notebook: nbformat.NotebookNode | None = None  # the student's, parsed
+    skipped: list[str] = field(default_factory=list)  # cells flagged as demonstrations
+
+
+def cell_points(cell) -> float:
+    """The points a graded cell is worth: its nbgrader points, or for extra credit (nbgrader points 0,
+    scored as ``Grade.extra_credit``) the points ``mlbook build`` states in ``metadata.mlbook``."""
+    mlbook = cell.get("metadata", {}).get("mlbook", {})
+    if isinstance(mlbook, dict) and "extra_credit" in mlbook:
+        return float(mlbook["extra_credit"])
+    return float(_meta(cell).get("points", 0))
 
 
 def _meta(cell) -> dict:
@@ -92,45 +111,9 @@ def _meta(cell) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _definitional(source: str, any_assignment: bool = False) -> str:
-    """Only the imports, defs, classes and literal assignments of a trusted cell (no demo runs, no plots).
-
-    ``any_assignment``: keep every top-level assignment (a student's own helper cell may compute a
-    constant, ``EPS = torch.finfo(torch.float32).eps``); bare calls, loops and plots still go."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return ""
-    lines, kept = source.splitlines(), []
-    for node in tree.body:
-        seg = "\n".join(
-            lines[node.lineno - 1 - len(getattr(node, "decorator_list", [])) : node.end_lineno]
-        )
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            modules = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-            )
-            if any(m.split(".")[0] in SKIP_IMPORTS or m in SKIP_IMPORTS for m in modules):
-                continue
-            kept.append(
-                "try:\n"
-                + "\n".join("    " + s for s in seg.splitlines())
-                + "\nexcept ImportError:\n    pass"
-            )
-        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
-            kept.append(seg)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            if any_assignment:
-                kept.append(seg)
-                continue
-            try:
-                ast.literal_eval(node.value)
-                kept.append(seg)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                pass
-    return "\n\n\n".join(kept)
+def _text(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
 
 
 def _defined_names(source: str) -> list[str]:
@@ -141,17 +124,13 @@ def _defined_names(source: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
 
 
-def _check_call(source: str) -> str | None:
-    """The ``check_*(...)`` call that ends a test cell's hidden region."""
-    if HIDDEN[0] not in source:
-        return None
-    hidden = source.split(HIDDEN[0], 1)[1].split(HIDDEN[1], 1)[0]
-    calls = re.findall(r"^\s*(check_\w+\([\w, =]*\))\s*$", hidden, flags=re.M)
-    return calls[-1] if calls else None
-
-
 def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
-    """Match the student's notebook against the source, cell by grade_id; note every kind of damage."""
+    """The cells ``nbgrader autograde`` would run, in notebook order, each whole; every kind of damage noted.
+
+    Read-only cells come from the course's SOURCE notebook (a student's edit is undone, as nbgrader
+    restores locked cells), answer cells and the cells a student added are the student's. Test cells
+    are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
+    """
     problems = []
     try:
         with warnings.catch_warnings():
@@ -164,33 +143,32 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         raise CannotGrade(
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
+    known = {_meta(c).get("grade_id") for c in source_nb.cells}
     by_id: dict[str, dict] = {}
-    added: dict[
-        str, list[str]
-    ] = {}  # cells the student added (no grade id), by the grade id above them
+    added: dict[str, list[str]] = {}  # code cells the student added, by the grade id above them
     anchor = ""
     for cell in cells:
         gid = _meta(cell).get("grade_id")
-        if not isinstance(gid, str):
+        if not isinstance(gid, str) or gid not in known:
             if isinstance(cell, dict) and cell.get("cell_type") == "code":
-                src = cell.get("source", "")
-                added.setdefault(anchor, []).append(
-                    "".join(src) if isinstance(src, list) else str(src)
-                )
+                added.setdefault(anchor, []).append(_text(cell))
             continue
         anchor = gid
         if gid in by_id:
             problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
             continue
         by_id[gid] = cell
-    plan_cells, tests, manual, names = [], [], [], {}
+    plan_cells, tests, manual, names, skipped = [], [], [], {}, []
+
+    def add(cell_id: str, source: str, trusted: bool) -> None:
+        if is_demo(source):
+            skipped.append(cell_id)
+        elif source.strip():
+            plan_cells.append((cell_id, source, trusted))
 
     def add_student_cells(anchor: str) -> None:
-        """The student's own cells below ``anchor`` (helpers their answers call), definitions only."""
         for i, src in enumerate(added.pop(anchor, []), 1):
-            text = _definitional(src, any_assignment=True)
-            if text:
-                plan_cells.append((f"{anchor or 'top'}+{i}", text, False))
+            add(f"{anchor or 'top'}+{i}", src, False)
 
     previous = ""
     for cell in source_nb.cells:
@@ -198,9 +176,10 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         meta = _meta(cell)
         gid = meta.get("grade_id", "")
         previous = gid
+        mine = by_id.get(gid)
         if meta.get("grade") and meta.get("solution"):
-            manual.append((gid, float(meta.get("points", 0))))
-            if gid not in by_id:
+            manual.append((gid, cell_points(cell)))
+            if mine is None:
                 problems.append(
                     f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
                 )
@@ -208,48 +187,27 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(
-                Test(
-                    gid,
-                    float(meta.get("points", 0)),
-                    _check_call(cell.source),
-                    gid.startswith(EXTRA_PREFIX),
-                )
-            )
-            mine = by_id.get(gid)
+            tests.append(Test(gid, cell_points(cell), gid.startswith(EXTRA_PREFIX)))
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
             continue
         if meta.get("solution"):
             for name in _defined_names(cell.source):
                 names[name] = gid
-            if gid.endswith(
-                "_demo"
-            ):  # figures and sweeps for the manual questions: never run by the grader
-                continue
-            mine = by_id.get(gid)
             if mine is None:
                 problems.append(
                     f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
                 )
                 continue
-            src = mine.get("source", "")
-            src = "".join(src) if isinstance(src, list) else str(src)
-            plan_cells.append((gid, src, False))
+            add(gid, _text(mine), False)
             continue
-        text = _definitional(cell.source)
-        if text:
-            plan_cells.append((gid, text, True))
-        mine = by_id.get(gid)
-        if mine is not None and cell.cell_type == "code":
-            src = mine.get("source", "")
-            src = "".join(src) if isinstance(src, list) else str(src)
-            if src.strip() != cell.source.strip():
-                problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
+        add(gid, cell.source, True)
+        if mine is not None and _text(mine).strip() != cell.source.strip():
+            problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
     add_student_cells(previous)
     for anchor in list(added):  # below a cell the course does not have: run them last
         add_student_cells(anchor)
-    return Plan(plan_cells, tests, manual, names, problems, student)
+    return Plan(plan_cells, tests, manual, names, problems, student, skipped)
 
 
 # ------------------------------------------------------------------------------- the session
@@ -525,11 +483,6 @@ class Verdict:
     seconds: float = 0.0
 
 
-def _parse_call(call: str) -> tuple[str, list[str]]:
-    node = ast.parse(call, mode="eval").body
-    return node.func.id, [a.id for a in node.args]
-
-
 def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
                budget: float = BUDGET_SECONDS) -> dict:  # fmt: skip
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output."""
@@ -559,14 +512,29 @@ def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str
             "cell_errors": dict(session.cell_errors) if session else {}}  # fmt: skip
 
 
+class Missing:
+    """A name the student's notebook does not define: a check or the reference loop fails only if it is used."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError(f"{self.name} is not available ({self.reason})")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AssertionError(f"{self.name} is not available ({self.reason})")
+
+
 def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict:
     def verdict(ok, message):
         return Verdict(test.grade_id, test.points, test.points if ok else 0.0, message, test.extra)
 
-    if test.call is None:
+    check = checks.CHECKS.get(test.grade_id)
+    if check is None:
         return verdict(
-            False,
-            "this test is not a graded check the sandboxed grader knows; it needs manual grading",
+            False, "this test has no declared check (tests/ppo_checks.py); it needs manual grading"
         )
     if session is None:
         return verdict(False, "not run: the notebook's code could not be loaded")
@@ -575,41 +543,27 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             False,
             "not run: the time budget for this submission ran out (an earlier cell or call was too slow)",
         )
-    fname, args = _parse_call(test.call)
-    check = getattr(checks, fname, None)
-    if check is None:
-        return verdict(False, f"internal: the course has no check {fname}")
     try:
         session.ensure()
     except RunnerDied as err:
         if str(err) == "budget":
             return verdict(False, "not run: the time budget for this submission ran out")
         return verdict(False, "not run: the notebook's code crashes or hangs the Python process")
-    student_args = [a for a in args if a in plan.student_names]
     defined = session.defined(list(plan.student_names))
-    proxies = {
-        name: Remote(session, name, name=name) for name in plan.student_names if name in defined
-    }
-    missing = [a for a in student_args if a not in defined]
-    reference = None
-    if any(a not in plan.student_names for a in args):
-        reference = _reference_with(proxies)
-        needed = [
-            n
-            for n in plan.student_names
-            if n in reference and n not in defined and _uses(reference, args, n)
-        ]
-        missing += needed
-    if missing:
-        why = []
-        for name in dict.fromkeys(missing):
-            gid = plan.student_names.get(name)
-            reason = (
-                session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
-            )
-            why.append(f"{name} is not available ({reason})")
-        return verdict(False, "; ".join(why))
-    call_args = [proxies[a] if a in proxies else reference[a] for a in args]
+    proxies: dict = {}
+    for name, gid in plan.student_names.items():
+        if name in defined:
+            proxies[name] = Remote(session, name, name=name)
+        else:
+            why = session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
+            proxies[name] = Missing(name, why)
+    # a name the check takes that no answer cell defines is the course's own (read-only) code:
+    # the reference implementation, calling the student's functions wherever it uses them
+    reference = _reference_with(proxies) if any(n not in proxies for n in check.names) else {}
+    for name in check.names:
+        if isinstance(proxies.get(name), Missing):
+            return verdict(False, f"{name} is not available ({proxies[name].reason})")
+    call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
     session_deadline, session.deadline = (
         session.deadline,
@@ -618,7 +572,7 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            check(*call_args, seed=seed)
+            check.fn(*call_args, seed=seed)
         return verdict(True, "passed")
     except AssertionError as err:
         return verdict(False, str(err)[:1500] or "failed")
@@ -635,31 +589,21 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         session.deadline = session_deadline
 
 
-def _uses(reference: dict, args: list[str], name: str) -> bool:
-    """Whether a reference function passed to a check calls ``name`` (directly or through its callees)."""
-    seen, todo = set(), [a for a in args if a in reference]
-    while todo:
-        fn = reference.get(todo.pop())
-        if not isinstance(fn, types.FunctionType) or fn in seen:
-            continue
-        seen.add(fn)
-        for ref in fn.__code__.co_names:
-            if ref == name:
-                return True
-            todo.append(ref)
-    return False
-
-
-def summarise(verdicts: list[Verdict]) -> dict:
+def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:
+    """Core (the named tests) and extra credit (``ex*``) apart; written answers count in the maximum
+    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show)."""
     core = [v for v in verdicts if not v.extra]
     extra = [v for v in verdicts if v.extra]
+    waiting = {gid: points for gid, points in manual}
+
+    def part(vs, extra_part):
+        mine = {g: p for g, p in waiting.items() if g.startswith(EXTRA_PREFIX) == extra_part}
+        return {"score": sum(v.score for v in vs), "max_score": sum(v.points for v in vs) + sum(mine.values()),
+                "awaiting_manual": sorted(mine)}  # fmt: skip
+
     return {
-        "score": sum(v.score for v in core),
-        "max_score": sum(v.points for v in core),
-        "extra_credit": {
-            "score": sum(v.score for v in extra),
-            "max_score": sum(v.points for v in extra),
-        },
+        **part(core, False),
+        "extra_credit": part(extra, True),
         "grades": {
             v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message}
             for v in verdicts

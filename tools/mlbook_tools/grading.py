@@ -23,6 +23,7 @@ import warnings
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
+from nbgrader.preprocessors import GetGrades, SaveAutoGrades
 
 from mlbook_tools.config import layout
 
@@ -61,28 +62,41 @@ class RedactHiddenTests(Preprocessor):
         return cell, resources
 
 
+class GetGradesWithStatus(GetGrades):
+    """nbgrader's GetGrades, plus what its 0.0 placeholder hides: whether the cell awaits manual grading."""
+
+    def _get_score(self, cell, resources):
+        super()._get_score(cell, resources)
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)  # fmt: skip
+        cell.metadata.nbgrader["needs_manual_grade"] = bool(grade.needs_manual_grade)
+
+
 class CoreExtraSummary(Preprocessor):
-    """For feedback: the header shows core points only, and a first cell states core and extra credit apart."""
+    """For feedback: the header shows the core points and the extra credit apart (the numbers ``mlbook
+    grade`` prints), each extra-credit cell its possible points, and ungraded written answers as awaiting."""
 
     enabled = True
 
     def preprocess(self, nb, resources):
         import nbformat
 
-        core = [0.0, 0.0]
-        extra = [0.0, 0.0]
-        waiting = []
+        from mlbook_tools.driver import cell_points
+
+        core, extra, waiting = [0.0, 0.0], [0.0, 0.0], []
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
             part = extra if meta.get("grade_id", "").startswith(EXTRA_PREFIX) else core
             part[0] += float(meta.get("score") or 0.0)
-            part[1] += float(meta.get("points") or 0.0)
-            if meta.get("solution") and meta.get("score") is None:
+            part[1] += cell_points(cell)
+            meta["points"] = cell_points(cell)  # what the cell may earn, shown next to its score
+            if meta.get("needs_manual_grade"):
                 waiting.append(meta.get("grade_id"))
         info = resources.setdefault("nbgrader", {})
         info["score"], info["max_score"] = core
+        info["extra_credit"], info["extra_credit_max"] = extra
         lines = [
             f"**Core: {core[0]:g} / {core[1]:g} points.** Extra credit: {extra[0]:g} / {extra[1]:g} (optional, counted apart)."
         ]
@@ -111,6 +125,101 @@ class CapOutputs(Preprocessor):
         return cell, resources
 
 
+class SandboxedExecute(Preprocessor):
+    """``nbgrader autograde`` (and so formgrader's per-student Autograde button) through the sandboxed engine.
+
+    Configured in the course's ``nbgrader_config.py`` in place of nbgrader's ``Execute``: no student
+    code runs in a kernel of the grader. The engine grades the sanitized notebook (nbgrader has
+    restored the locked cells) exactly as ``mlbook grade-class`` does, and each test cell gets its
+    verdict as output, its hidden tests removed; ``SaveAutoGradesExtraCredit`` then stores the
+    scores. If the sandbox cannot start, autograding stops with a message naming ``mlbook grade-class``.
+    """
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        import nbformat
+
+        from mlbook_tools import sandbox
+
+        info = resources["nbgrader"]
+        course = (
+            pathlib.Path(resources["metadata"]["path"]).resolve().parents[2]
+        )  # autograded/<student>/<id>
+        if not (course / "source").is_dir():
+            course = pathlib.Path.cwd()
+        trusted = sandbox.trusted_mode()
+        why = None if trusted else sandbox.check_available()
+        if why:
+            raise sandbox.SandboxUnavailable(
+                f"{why}\nnbgrader autograde stopped: in this course it grades only through the sandbox. "
+                "Run `mlbook grade-class` (it says the same) or, for trusted files only, set MLBOOK_TRUSTED=1."
+            )
+        source_nb, checks, secret = load_course(course, info["assignment"])
+        result, _ = grade_submission(
+            nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted
+        )
+        resources["mlbook_grades"] = result["grades"]
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            cell.source = _without_hidden(cell.source)
+            got = result["grades"].get(meta.get("grade_id"))
+            if got and got["score"] >= got["max_score"]:
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                       text=f"passed ({got['score']:g} / {got['max_score']:g})\n")]  # fmt: skip
+            else:
+                message = _cap(got["message"] if got else "not graded")
+                cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
+                                                       traceback=[f"AssertionError: {message}"])]  # fmt: skip
+        notes = ([result["error"]] if result.get("error") else []) + result.get("problems", [])
+        if notes:
+            nb.cells.insert(
+                0,
+                nbformat.v4.new_markdown_cell(
+                    "**Grading notes**\n\n" + "\n".join(f"* {n}" for n in notes)
+                ),
+            )
+        nb.metadata["mlbook"] = {"graded_by": "nbgrader autograde through the sandboxed engine"}
+        return nb, resources
+
+
+class SaveAutoGradesExtraCredit(SaveAutoGrades):
+    """nbgrader's SaveAutoGrades; an extra-credit test (``ex*``, 0 points) stores its result as ``extra_credit``."""
+
+    def _add_score(self, cell, resources):
+        super()._add_score(cell, resources)
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        got = resources.get("mlbook_grades", {}).get(gid)
+        if gid.startswith(EXTRA_PREFIX) and not cell.metadata["nbgrader"].get("solution") and got:
+            grade = self.gradebook.find_grade(
+                gid, self.notebook_id, self.assignment_id, self.student_id
+            )
+            grade.auto_score, grade.extra_credit = 0.0, float(got["score"])
+            self.gradebook.db.commit()
+
+
+KERNEL_AUTOGRADE = """
+# A reference course: plain `nbgrader autograde`, the notebook executed in a real kernel, unconfined
+# (nbgrader's own preprocessors; warnings on stderr ignored, as a student's course would set it).
+c.Autograde.autograde_preprocessors = ["nbgrader.preprocessors.Execute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+c.Execute.timeout = 120
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"(?i)warning"
+"""
+
+
+def use_kernel_autograde(course: pathlib.Path) -> None:
+    """Make a (scratch) course copy's `nbgrader autograde` plain nbgrader again: the reference the
+    sandboxed engine is compared with (tests, benchmark). Never for a course with real submissions."""
+    config = course / "nbgrader_config.py"
+    config.write_text(config.read_text() + KERNEL_AUTOGRADE)
+
+
 def run_nbgrader(
     args: list[str], cwd: pathlib.Path, check: bool = True
 ) -> subprocess.CompletedProcess:
@@ -119,6 +228,10 @@ def run_nbgrader(
         **os.environ,
         "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    try:  # a scratch course outside the repo: its autograde (the sandboxed engine) still finds the checks
+        env.setdefault("MLBOOK_ROOT", str(layout().root))
+    except FileNotFoundError:
+        pass
     cmd = [sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"]
     run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if check and run.returncode != 0:
@@ -128,40 +241,58 @@ def run_nbgrader(
     return run
 
 
-def submission_scores(submission) -> dict:
-    """Per-cell scores of one nbgrader ``SubmittedAssignment``, core and extra credit summed apart."""
-    grades: dict[str, dict[str, float]] = {}
+def course_points(source: pathlib.Path) -> dict[str, float]:
+    """Points of every graded cell of a source notebook (extra credit: the points it may earn)."""
+    import nbformat
+
+    from mlbook_tools.driver import cell_points
+
+    nb = nbformat.read(source, as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: cell_points(c) for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")}  # fmt: skip
+
+
+def submission_scores(submission, points: dict[str, float] | None = None) -> dict:
+    """One nbgrader ``SubmittedAssignment`` as ``mlbook grade`` reports it: core and extra credit apart.
+
+    A cell's score is nbgrader's (manual, else auto, plus ``extra_credit``); its maximum is the
+    course's points (``points``: for extra credit, what it may earn; nbgrader stores 0). A cell
+    that needs manual grading is listed as awaiting it, whatever nbgrader's placeholder 0.0 says.
+    """
+    points = points or {}
+    grades: dict[str, dict] = {}
     for nb in submission.notebooks:
         for grade in nb.grades:
-            score = grade.score if grade.score is not None else 0.0
-            grades[grade.name] = {"score": float(score), "max_score": float(grade.max_score)}
-            if grade.needs_manual_grade and grade.cell_type == "code":
+            grades[grade.name] = {"score": float(grade.score or 0.0),
+                                  "max_score": float(points.get(grade.name, grade.max_score))}  # fmt: skip
+            if grade.needs_manual_grade:
                 grades[grade.name]["needs_manual_grade"] = True
-    core = {k: v for k, v in grades.items() if not k.startswith(EXTRA_PREFIX)}
-    extra = {k: v for k, v in grades.items() if k.startswith(EXTRA_PREFIX)}
 
-    def total(part):
-        return {
-            "score": sum(g["score"] for g in part.values()),
-            "max_score": sum(g["max_score"] for g in part.values()),
-        }
+    def part(extra):
+        mine = {k: g for k, g in grades.items() if k.startswith(EXTRA_PREFIX) == extra}
+        return {"score": sum(g["score"] for g in mine.values()),
+                "max_score": sum(g["max_score"] for g in mine.values()),
+                "awaiting_manual": sorted(k for k, g in mine.items() if g.get("needs_manual_grade"))}  # fmt: skip
 
-    return {**total(core), "grades": grades, "extra_credit": total(extra)}
+    return {**part(False), "grades": grades, "extra_credit": part(True)}
 
 
 def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
-    """Scores of one submission from an nbgrader gradebook, as the JSON that ``mlbook grade`` prints."""
+    """Scores of one submission from an nbgrader gradebook (the course folder holding it), as ``mlbook grade`` sums them."""
     from nbgrader.api import Gradebook
 
+    source = gradebook.parent / "source" / assignment / f"{assignment}.ipynb"
+    points = course_points(source) if source.exists() else None
     with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
-        return submission_scores(gb.find_submission(assignment, student))
+        return submission_scores(gb.find_submission(assignment, student), points)
 
 
 class CoreExtraCsvExport(ExportPlugin):
     """``nbgrader export``: one row per student and assignment, core points and extra credit apart.
 
-    nbgrader's own CSV adds the optional ``ex*`` cells into ``max_score``, which would penalise a
-    student who skips the extra credit; here ``score``/``max_score`` are the core points only.
+    Extra credit (grade ids ``ex*``) is nbgrader's ``extra_credit``: nbgrader's own CSV adds it into
+    ``score`` over a ``max_score`` without it; here ``score``/``max_score`` are the core points and
+    ``extra_credit``/``extra_credit_max`` the optional ones, the same numbers ``mlbook grade`` prints.
     """
 
     def export(self, gradebook) -> None:
@@ -169,10 +300,15 @@ class CoreExtraCsvExport(ExportPlugin):
 
         keys = ["assignment", "student_id", "last_name", "first_name", "score", "max_score", "extra_credit",
                 "extra_credit_max", "needs_manual_grade"]  # fmt: skip
+        root = pathlib.Path(getattr(getattr(self.parent, "coursedir", None), "root", ".") or ".")
         with open(self.to or "grades.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
             writer.writeheader()
             for assignment in gradebook.assignments:
+                source = root / "source" / assignment.name / f"{assignment.name}.ipynb"
+                points = course_points(source) if source.exists() else {}
+                core_max = sum(p for g, p in points.items() if not g.startswith(EXTRA_PREFIX))
+                extra_max = sum(p for g, p in points.items() if g.startswith(EXTRA_PREFIX))
                 for student in gradebook.students:
                     row = dict(assignment=assignment.name, student_id=student.id, last_name=student.last_name or "",
                                first_name=student.first_name or "")  # fmt: skip
@@ -181,14 +317,14 @@ class CoreExtraCsvExport(ExportPlugin):
                     except MissingEntry:  # no submission: zero, like nbgrader's own export
                         sub = None
                     if sub is None:
-                        scores = {
-                            "score": 0.0,
-                            "max_score": None,
-                            "extra_credit": {"score": 0.0, "max_score": None},
-                        }
+                        scores = {"score": 0.0, "max_score": core_max,
+                                  "extra_credit": {"score": 0.0, "max_score": extra_max}}  # fmt: skip
                         manual = False
                     else:
-                        scores, manual = submission_scores(sub), bool(sub.needs_manual_grade)
+                        scores, manual = (
+                            submission_scores(sub, points),
+                            bool(sub.needs_manual_grade),
+                        )
                     row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
                     writer.writerow(row)
@@ -196,6 +332,9 @@ class CoreExtraCsvExport(ExportPlugin):
 
 # ------------------------------------------------------------------------------------ the engine
 
+FEEDBACK_TEMPLATES = (
+    pathlib.Path(__file__).parent / "templates"
+)  # mlbook_feedback: nbgrader's, + awaiting/extra
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 
 
@@ -223,17 +362,18 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     try:
         plan = driver.make_plan(source_nb, text)
     except driver.CannotGrade as err:
-        tests = driver.make_plan(
+        empty = driver.make_plan(
             source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
-        ).tests
+        )
+        tests = empty.tests
         verdicts = [
             driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra) for t in tests
         ]
-        return {**driver.summarise(verdicts), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
+        return {**driver.summarise(verdicts, empty.manual), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
                 "seconds": 0.0}, None  # fmt: skip
     kwargs = {"budget": budget} if budget else {}
     run = driver.grade_plan(plan, checks, secret, student, trusted=trusted, **kwargs)
-    result = driver.summarise(run["verdicts"])
+    result = driver.summarise(run["verdicts"], plan.manual)
     result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
                   seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
     return result, plan
@@ -394,6 +534,12 @@ def record(
                 grade.needs_manual_grade = grade.manual_score is None
                 continue
             got = result.get("grades", {}).get(meta["grade_id"])
-            grade.auto_score = float(got["score"]) if got else 0.0
+            score = float(got["score"]) if got else 0.0
+            if meta["grade_id"].startswith(
+                EXTRA_PREFIX
+            ):  # nbgrader's extra credit: 0 points + a bonus
+                grade.auto_score, grade.extra_credit = 0.0, score
+            else:
+                grade.auto_score = score
             grade.needs_manual_grade = grade.manual_score is not None
         gb.db.commit()

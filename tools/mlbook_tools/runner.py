@@ -1,15 +1,17 @@
 """The process that runs a student's code, inside the sandbox. It decides nothing.
 
-It imports only the standard library, torch, the student library ``mlbook`` and ``protocol.py``
+It imports only the standard library, torch, IPython, the student library ``mlbook`` and ``protocol.py``
 (bound next to it: it runs where nothing else is visible). Its one argument is a JSON object:
 {"fds": [requests, replies], "paths": [import roots], "limits": {rlimit name: value}}; it lowers its
 own rlimits before any request is read. It reads requests and writes replies, one frame each, in
-the format and schema of ``protocol.py`` (nothing is pickled). A call also returns the gradient of
+the format and schema of ``protocol.py`` (nothing is pickled). An ``exec`` request runs one cell
+through IPython, as Jupyter does (magics, ``__future__``, ``display``, linecache for ``inspect``). A call also returns the gradient of
 its first output (summed) with respect to every input tensor that requires grad, and the names of
 the arguments the call changed in place (the driver never copies anything back: it fails the test).
 """
 
 import json
+import os
 import resource
 import sys
 import traceback
@@ -26,6 +28,79 @@ def _lower_limits(limits):
         soft, hard = resource.getrlimit(key)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(key, (value, value))
+
+
+_SHELL = []  # the IPython shell, started by the first cell (import costs ~0.2 s)
+
+
+def _shell(namespace):
+    """An IPython ``InteractiveShell`` over ``namespace``: the cells run as Jupyter runs them.
+
+    Magics, ``!`` lines, ``display``, ``__future__`` imports, and every cell's source in ``linecache``
+    (``inspect.getsource`` and ``torch.jit.script`` work). No history database, no colours. A shell
+    escape runs here, in the sandbox, where starting a process fails: it prints why and returns 127,
+    so the rest of the cell still runs (as on a machine without that program), never a SyntaxError.
+    ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so the notebook's own
+    ``AUTOGRADING`` flag holds.
+    """
+    if _SHELL:
+        return _SHELL[0]
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.text import SList
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    cfg.InteractiveShell.colors = "nocolor"
+    cfg.InteractiveShell.xmode = "Plain"
+    shell = InteractiveShell.instance(config=cfg, user_ns=namespace)
+    current = {"cell": "?"}
+    shell.compile.get_code_name = lambda raw, transformed, number: f"<cell {current['cell']}>"
+
+    def system(cmd):
+        try:
+            return shell.system_raw(cmd)
+        except OSError as err:
+            print(f"!{cmd}: not run while grading ({err.strerror or err})", file=sys.stderr)
+            shell.user_ns["_exit_code"] = 127
+
+    def getoutput(cmd, split=True, depth=0):
+        try:
+            return orig_getoutput(cmd, split=split, depth=depth + 1)
+        except OSError as err:
+            print(f"!{cmd}: not run while grading ({err.strerror or err})", file=sys.stderr)
+            return SList() if split else ""
+
+    def enable_matplotlib(
+        gui=None,
+    ):  # `%matplotlib inline`: the inline backend's entry point (package
+        try:  # metadata) is not in the sandbox; figures are not graded, so they go to Agg
+            return orig_enable_matplotlib(gui)
+        except (RuntimeError, ValueError, KeyError):
+            if gui != "inline":
+                raise
+            import matplotlib
+
+            matplotlib.use("agg")
+            return "inline", "agg"
+
+    orig_getoutput, orig_enable_matplotlib = shell.getoutput, shell.enable_matplotlib
+    shell.system, shell.getoutput, shell.enable_matplotlib = system, getoutput, enable_matplotlib
+    _SHELL.extend([shell, current])
+    return shell
+
+
+def run_cell(namespace, cell, source, error_text):
+    """One notebook cell through IPython; the reply says whether it raised, and what."""
+    shell = _shell(namespace)
+    _SHELL[1]["cell"] = cell
+    result = shell.run_cell(source, store_history=True)
+    err = result.error_before_exec or result.error_in_exec
+    if err is None:
+        return {"ok": True}
+    return {"ok": False, "error": error_text(err)}
 
 
 def main(req_fd, rep_fd):
@@ -125,9 +200,7 @@ def main(req_fd, rep_fd):
         out = []
         try:
             if req["op"] == "exec":
-                code = compile(req["source"], f"<cell {req['cell']}>", "exec")
-                exec(code, namespace)
-                reply = {"ok": True}
+                reply = run_cell(namespace, req["cell"], req["source"], error_text)
             elif req["op"] == "defined":
                 reply = {"ok": True, "names": sorted(k for k in req["names"] if k in namespace)}
             elif req["op"] == "call":

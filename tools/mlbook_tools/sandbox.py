@@ -94,7 +94,7 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
             "the student library `mlbook` is not installed in this environment"
         )
     roots.update(pathlib.Path(p).resolve() for p in spec.submodule_search_locations)
-    seen, todo = set(), ["mlbook"]
+    seen, todo = set(), ["mlbook", "ipython"]  # the library, and IPython: cells run as in Jupyter
     while todo:
         name = re.split(r"[\s\[<>=!~;(]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
         if name in seen or name in blocked:

@@ -59,7 +59,7 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 #
 # One iteration of the whole loop, with the four models involved:
 
-# %%
+# %% demo=true
 show(
     draw_pipeline(),
     alt="Diagram of one PPO-RLHF iteration. Prompts go to the trained policy, which samples responses; the frozen "

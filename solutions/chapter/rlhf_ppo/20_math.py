@@ -49,7 +49,7 @@
 # The figure below (drawn by `mlbook.figures.plot_clip_objective`) shows the per-token objective
 # for both signs; shaded regions are where the gradient is zero.
 
-# %%
+# %% demo=true
 show(
     plot_clip_objective(eps=0.2),
     alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "

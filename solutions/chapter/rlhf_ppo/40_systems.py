@@ -30,7 +30,7 @@
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% tags=["nbval-check-output"]
+# %%
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import (
@@ -40,6 +40,7 @@ from mlbook.posttrain.systems import (
     rlhf_over_pretraining,
 )
 
+# %% tags=["nbval-check-output"] demo=true
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
 toy_rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
@@ -138,7 +139,7 @@ print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequenti
 # phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
 # reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% needs_answers=true
+# %% needs_answers=true demo=true
 from functools import partial
 
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
@@ -163,7 +164,7 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %%
+# %% demo=true
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
@@ -180,7 +181,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %% needs_answers=true
+# %% needs_answers=true demo=true
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -212,7 +213,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% needs_answers=true
+# %% needs_answers=true demo=true
 import io
 
 from IPython.display import Image
@@ -300,7 +301,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %%
+# %% demo=true
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)

@@ -136,7 +136,7 @@ print(
 # per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
 # tokens is the count. Add one more count after `ppo_update` returns.)
 
-# %% solution="ex3_demo"
+# %% solution="ex3_demo" demo=true
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import exact_baseline_gradient, whitening_clip_counts
 
@@ -209,7 +209,7 @@ for ex3_seed in range(3):
 
 # %% stub="mlbook_solutions.exercises:make_ptx_loss" grade_id="ex4_ptx"
 
-# %% test="ex4_ptx_test" points=1 check="check_ex4_ptx_loss(make_ptx_loss)" needs_answers=true tags=["nbval-check-output"]
+# %% test="ex4_ptx_test" needs_answers=true tags=["nbval-check-output"]
 # Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
@@ -228,7 +228,7 @@ assert _value.requires_grad, (
     "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 )
 
-# %% solution="ex4_demo" tags=["nbval-check-output"]
+# %% solution="ex4_demo" tags=["nbval-check-output"] demo=true
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import (
     PTX,
@@ -303,7 +303,7 @@ show(
 
 # %% stub="mlbook_solutions.exercises:importance_ratios" grade_id="ex5_stale"
 
-# %% test="ex5_stale_test" points=1 check="check_ex5_importance_ratios(importance_ratios)" needs_answers=true tags=["nbval-check-output"]
+# %% test="ex5_stale_test" needs_answers=true tags=["nbval-check-output"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, and a model against itself.
 import copy
@@ -325,7 +325,7 @@ assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), 
     "a model against itself has ratio 1"
 )
 
-# %% solution="ex5_demo" tags=["nbval-check-output"]
+# %% solution="ex5_demo" tags=["nbval-check-output"] demo=true
 ### BEGIN SOLUTION
 from mlbook_solutions.exercises import (
     STALE,

@@ -1,0 +1,361 @@
+"""Correct answers written in the styles real students use, for the differential fairness suite.
+
+Each style is the solved notebook with some answer cells rewritten (``cells``: grade id -> source)
+and cells added below an existing one (``added``: [(grade id above, source)]), as a student would
+add them in Jupyter. Every style is correct except where ``lost`` names the graded tests it must
+lose (the same under the sandboxed engine and under plain ``nbgrader autograde``).
+``tests/test_fairness.py`` grades them all both ways and compares.
+"""
+
+from ppo_checks import CHECKS
+
+_ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}
+KL = _ID["check_kl_controller"]
+
+_GAE_WITH_HELPER = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    validate_per_token(response_mask, rewards=rewards, values=values)
+    advantages = torch.zeros_like(rewards)
+    carry = rewards.new_zeros(rewards.shape[0])
+    value_after = rewards.new_zeros(rewards.shape[0])
+    for t in reversed(range(rewards.shape[1])):
+        m = response_mask[:, t].to(rewards.dtype)
+        carry = m * ({helper}(rewards[:, t], values[:, t], value_after, float(gamma)) + gamma * lam * carry)
+        advantages[:, t] = carry
+        value_after = m * values[:, t]
+    return advantages, (advantages + values) * response_mask
+"""
+
+
+def _gae(helper: str) -> str:
+    return _GAE_WITH_HELPER.format(helper=helper)
+
+
+_DELTA = "def _delta(r, v, v_next, gamma):\n    return r + gamma * v_next - v\n"
+
+_CONTROLLER_SLOTS = '''class AdaptiveKLController:
+    """KL controller without a __dict__."""
+
+    __slots__ = ("beta", "target", "horizon")
+
+    def __init__(self, beta, target, horizon=10):
+        if beta <= 0 or target <= 0 or horizon <= 0:
+            raise ValueError("beta, target and horizon must be positive")
+        self.target, self.horizon, self.beta = target, horizon, beta
+
+    def update(self, kl, n_steps=1):
+        error = min(0.2, max(-0.2, float(kl) / self.target - 1.0))
+        self.beta = self.beta * (1.0 + error * n_steps / self.horizon)
+        return self.beta
+'''
+
+_CONTROLLER_DATACLASS = """from dataclasses import dataclass
+
+
+@dataclass
+class AdaptiveKLController:
+    beta: float
+    target: float
+    horizon: float = 10
+
+    def __post_init__(self):
+        if self.beta <= 0 or self.target <= 0 or self.horizon <= 0:
+            raise ValueError("beta, target and horizon must be positive")
+
+    def update(self, kl: float, n_steps: int = 1) -> float:
+        error = min(0.2, max(-0.2, float(kl) / self.target - 1.0))
+        self.beta *= 1.0 + error * n_steps / self.horizon
+        return self.beta
+"""
+
+_CONTROLLER_PROPERTY = """class AdaptiveKLController:
+    def __init__(self, beta, target, horizon=10):
+        if beta <= 0 or target <= 0 or horizon <= 0:
+            raise ValueError("beta, target and horizon must be positive")
+        self.target, self.horizon, self._beta = target, horizon, beta
+
+    @property
+    def beta(self):
+        return self._beta
+
+    def update(self, kl, n_steps=1):
+        error = min(0.2, max(-0.2, float(kl) / self.target - 1.0))
+        self._beta = self._beta * (1.0 + error * n_steps / self.horizon)
+        return self._beta
+"""
+
+_CONTROLLER_UNFINISHED = """class AdaptiveKLController:
+    def __init__(self, beta, target, horizon=10):
+        self.target, self.horizon, self.beta = target, horizon, beta
+
+    def update(self, kl, n_steps=1):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+"""
+
+_VALUE_INPLACE = """def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
+    validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
+    low = old_values - clip_eps
+    high = old_values + clip_eps
+    low.clamp_(max=float("inf"))  # in place, on a local tensor
+    v_clipped = torch.max(torch.min(values, high), low)
+    worst = (values - returns) ** 2
+    worst = torch.maximum(worst, (v_clipped - returns) ** 2)
+    return 0.5 * (worst * response_mask).sum() / response_mask.sum()
+"""
+
+_VALUE_PRINT_WARN = """import warnings
+
+
+def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
+    validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
+    if clip_eps > 1:
+        warnings.warn("a clip range above 1 hardly clips")
+    print("value_loss called on", tuple(values.shape))
+    v_clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+    worst = torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
+    return 0.5 * masked_mean(worst, response_mask)
+
+
+warnings.warn("my value_loss prints its input shape (debugging)")
+"""
+
+_VALUE_DISPLAY = """from IPython.display import Markdown, display
+
+
+def value_loss(values, old_values, returns, response_mask, clip_eps: float = 0.2):
+    validate_per_token(response_mask, values=values, old_values=old_values, returns=returns)
+    v_clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+    worst = torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
+    return 0.5 * masked_mean(worst, response_mask)
+
+
+display(Markdown("**value_loss** is defined"))
+"""
+
+_LAST_NUMPY = """import numpy as np
+
+
+def last_response_index(response_mask):
+    validate_mask(response_mask)
+    validate_has_response(response_mask)
+    m = response_mask.detach().cpu().numpy()
+    last = m.shape[1] - 1 - np.argmax(m[:, ::-1] > 0, axis=1)
+    return torch.from_numpy(np.ascontiguousarray(last)).long()
+"""
+
+_GAE_FLOAT64 = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    validate_per_token(response_mask, rewards=rewards, values=values)
+    r, v, m = (x.double() for x in (rewards, values, response_mask))
+    adv = torch.zeros_like(r)
+    carry = torch.zeros(r.shape[0], dtype=torch.float64)
+    v_next = torch.zeros(r.shape[0], dtype=torch.float64)
+    for t in range(r.shape[1] - 1, -1, -1):
+        carry = m[:, t] * (r[:, t] + gamma * v_next - v[:, t] + gamma * lam * carry)
+        adv[:, t] = carry
+        v_next = m[:, t] * v[:, t]
+    adv = adv.to(rewards.dtype)
+    return adv, (adv + values) * response_mask
+"""
+
+_GAE_RECURSIVE = """def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    validate_per_token(response_mask, rewards=rewards, values=values)
+    T = rewards.shape[1]
+    m = response_mask.to(rewards.dtype)
+    zero = rewards.new_zeros(rewards.shape[0])
+
+    def advantages_from(t):  # [A_t, ..., A_{T-1}]
+        if t == T:
+            return []
+        later = advantages_from(t + 1)
+        v_next = m[:, t + 1] * values[:, t + 1] if t + 1 < T else zero
+        a_next = later[0] if later else zero
+        return [m[:, t] * (rewards[:, t] + gamma * v_next - values[:, t] + gamma * lam * a_next)] + later
+
+    advantages = torch.stack(advantages_from(0), dim=1)
+    return advantages, (advantages + values) * response_mask
+"""
+
+_GAE_GENERATOR = """def _backwards(n):
+    t = n - 1
+    while t >= 0:
+        yield t
+        t -= 1
+
+
+def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    validate_per_token(response_mask, rewards=rewards, values=values)
+    cols = {}
+    carry = rewards.new_zeros(rewards.shape[0])
+    v_next = rewards.new_zeros(rewards.shape[0])
+    for t in _backwards(rewards.shape[1]):
+        m = response_mask[:, t].to(rewards.dtype)
+        carry = m * (rewards[:, t] + gamma * v_next - values[:, t] + gamma * lam * carry)
+        cols[t] = carry
+        v_next = m * values[:, t]
+    advantages = torch.stack([cols[t] for t in sorted(cols)], dim=1)
+    return advantages, (advantages + values) * response_mask
+"""
+
+_GAE_CLOSURE = """def _make_gae():
+    def step(carry, delta, m, gamma, lam):
+        return m * (delta + gamma * lam * carry)
+
+    def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+        validate_per_token(response_mask, rewards=rewards, values=values)
+        advantages = torch.zeros_like(rewards)
+        carry = rewards.new_zeros(rewards.shape[0])
+        v_next = rewards.new_zeros(rewards.shape[0])
+        for t in range(rewards.shape[1] - 1, -1, -1):
+            m = response_mask[:, t].to(rewards.dtype)
+            carry = step(carry, rewards[:, t] + gamma * v_next - values[:, t], m, gamma, lam)
+            advantages[:, t] = carry
+            v_next = m * values[:, t]
+        return advantages, (advantages + values) * response_mask
+
+    return gae
+
+
+gae = _make_gae()
+"""
+
+_CLIP_FUNCTOOLS = """import functools
+
+
+def ppo_clip_loss(logp_new: torch.Tensor, logp_old, advantages, response_mask, clip_eps=0.2):
+    validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
+    ratio = torch.exp(logp_new - logp_old)
+    clip = functools.partial(torch.clamp, min=1 - clip_eps, max=1 + clip_eps)
+    surrogate = functools.reduce(torch.minimum, [ratio * advantages, clip(ratio) * advantages])
+    loss = -masked_mean(surrogate, response_mask)
+    outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)
+    return loss, float(masked_mean(outside, response_mask))
+"""
+
+_SHAPED_TORCH_FUNC = """def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):
+    validate_per_token(response_mask, logp_policy=logp_policy, logp_ref=logp_ref)
+    validate_scores(scores, response_mask.shape[0])
+    per_row = torch.func.vmap(lambda a, b, m: -beta * (a - b) * m)
+    rewards = per_row(logp_policy, logp_ref, response_mask)
+    last = last_response_index(response_mask)
+    bonus = torch.zeros_like(rewards).scatter(1, last[:, None], scores.to(rewards.dtype)[:, None])
+    return rewards + bonus
+"""
+
+_JIT_HELPER = """@torch.jit.script
+def _td_error(r: torch.Tensor, v: torch.Tensor, v_next: torch.Tensor, gamma: float) -> torch.Tensor:
+    return r + gamma * v_next - v
+"""
+
+_HELPER_MODULE = '''%%writefile /tmp/my_ppo_helpers.py
+"""My helpers, kept in a module."""
+
+
+def td_error(r, v, v_next, gamma):
+    return r + gamma * v_next - v
+'''
+
+STYLES: dict[str, dict] = {
+    "reference": {},
+    "future-annotations helper cell": {
+        "cells": {"gae": _gae("_delta")},
+        "added": [
+            (
+                "shaped_rewards",
+                "from __future__ import annotations\n\n\n"
+                + _DELTA.replace("(r, v", "(r: torch.Tensor, v"),
+            )
+        ],
+    },
+    "helper reads a read-only variable": {
+        "cells": {"gae": _gae("_delta")},
+        "added": [
+            ("shaped_rewards", f"_MODE = 'grading' if AUTOGRADING else 'practice'\n\n\n{_DELTA}")
+        ],
+    },
+    "try/except in a helper cell": {
+        "cells": {"gae": _gae("_delta")},
+        "added": [
+            (
+                "shaped_rewards",
+                f"try:\n    import scipy  # noqa: F401\nexcept ImportError:\n    scipy = None\n\n\n{_DELTA}",
+            )
+        ],
+    },
+    "two-line decorator": {
+        "cells": {"gae": _gae("_delta")},
+        "added": [
+            (
+                "shaped_rewards",
+                "import functools\n\n\n@functools.lru_cache(\n    maxsize=None\n)\ndef _discount(g: float) -> float:\n    return g\n\n\n"
+                "def _delta(r, v, v_next, gamma):\n    return r + _discount(gamma) * v_next - v\n",
+            )
+        ],
+    },
+    "%%time on an answer cell": {
+        "cells": {"gae": "%%time\n" + _gae("_delta") + "\n\n" + _DELTA},
+    },
+    "magics and shell escapes": {
+        "added": [
+            (
+                "last_response_index",
+                "!nproc\n%matplotlib inline\n%timeit -n 1 -r 1 sum(range(10))\nfiles = !ls\n",
+            )
+        ],
+    },
+    "IPython.display in an answer cell": {"cells": {"value_loss": _VALUE_DISPLAY}},
+    "torch.jit.script helper": {
+        "cells": {"gae": _gae("_td_error")},
+        "added": [("shaped_rewards", _JIT_HELPER)],
+    },
+    "__slots__ controller": {"cells": {"AdaptiveKLController": _CONTROLLER_SLOTS}},
+    "unfinished controller": {
+        "cells": {"AdaptiveKLController": _CONTROLLER_UNFINISHED},
+        "lost": [KL],
+    },
+    "controller cell left unfinished (syntax error)": {
+        "cells": {
+            "AdaptiveKLController": "class AdaptiveKLController:\n    def __init__(self, beta, target, horizon=10):\n        self.beta = \n"
+        },
+        "lost": [KL],
+    },
+    "helper module in an added cell": {
+        "cells": {
+            "gae": "import sys\n\nsys.path.insert(0, '/tmp')\nfrom my_ppo_helpers import td_error\n\n\n"
+            + _gae("td_error")
+        },
+        "added": [("shaped_rewards", _HELPER_MODULE)],
+    },
+    "closures": {"cells": {"gae": _GAE_CLOSURE}},
+    "generators": {"cells": {"gae": _GAE_GENERATOR}},
+    "functools": {"cells": {"ppo_clip_loss": _CLIP_FUNCTOOLS}},
+    "numpy": {"cells": {"last_response_index": _LAST_NUMPY}},
+    "float64 inside": {"cells": {"gae": _GAE_FLOAT64}},
+    "recursion": {"cells": {"gae": _GAE_RECURSIVE}},
+    "dataclass controller": {"cells": {"AdaptiveKLController": _CONTROLLER_DATACLASS}},
+    "property controller": {"cells": {"AdaptiveKLController": _CONTROLLER_PROPERTY}},
+    "torch.func": {"cells": {"shaped_rewards": _SHAPED_TORCH_FUNC}},
+    "in-place ops on locals": {"cells": {"value_loss": _VALUE_INPLACE}},
+    "prints and warnings": {"cells": {"value_loss": _VALUE_PRINT_WARN}},
+}
+
+
+def style_notebook(base, style: dict):
+    """The notebook ``base`` (an nbformat notebook, not changed) written in ``style``."""
+    import copy
+
+    import nbformat
+
+    nb = copy.deepcopy(base)
+    cells = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in style.get("cells", {}):
+            cell.source = style["cells"][gid]
+        cells.append(cell)
+        for anchor, source in style.get("added", []):
+            if anchor == gid:
+                cells.append(
+                    nbformat.v4.new_code_cell(source)
+                )  # a cell the student added: no metadata
+    nb.cells = cells
+    return nb

@@ -76,7 +76,11 @@ def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
     path = layout().release / f"rlhf_ppo{suffix}"
     release = {p: p.read_bytes() for p in layout().release.iterdir() if p.is_file()}
     ipynb = _fill((layout().release / "rlhf_ppo.ipynb").read_text())
-    filled = ipynb if suffix == ".ipynb" else jupytext.writes(jupytext.reads(ipynb, "ipynb"), "py:percent")
+    filled = (
+        ipynb
+        if suffix == ".ipynb"
+        else jupytext.writes(jupytext.reads(ipynb, "ipynb"), "py:percent")
+    )
     try:
         path.write_text(filled)
         assert answered_cells(path) == ["gae"]
@@ -121,3 +125,19 @@ def test_commands_find_the_checkout_from_any_folder(tmp_path):
                              capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
     assert "nothing.ipynb" in missing.stderr
+
+
+def test_ex5_check_enforces_one_off_the_response():
+    """An importance_ratios that forgets the mask fails the graded check (it got 1/1 before)."""
+    import ppo_checks
+    import torch
+    from mlbook.posttrain.toy_lm import token_log_probs
+    from mlbook_solutions.exercises import importance_ratios
+
+    def unmasked(policy, sampler, tokens, response_mask):
+        with torch.no_grad():
+            return torch.exp(token_log_probs(policy(tokens), tokens) - token_log_probs(sampler(tokens), tokens))
+
+    ppo_checks.check_ex5_importance_ratios(importance_ratios)
+    with pytest.raises(AssertionError, match="1 off the response"):
+        ppo_checks.check_ex5_importance_ratios(unmasked)

@@ -218,6 +218,8 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
                     )
                 else:
                     md = _cell_meta(auto_id)
+                if meta.get("tags"):  # e.g. student-instructions: left out of the reading form
+                    md["tags"] = list(meta["tags"])
                 cells.append(nbformat.v4.new_markdown_cell(src, metadata=md))
                 continue
             if "stub" in meta:

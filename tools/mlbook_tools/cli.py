@@ -112,7 +112,9 @@ def _main(argv: list[str] | None = None) -> int:
         from mlbook_tools.course import new_course
 
         out = new_course(args.dir)
-        print(f"course folder {out}: put submissions at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb")
+        print(
+            f"course folder {out}: put submissions at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb"
+        )
         return 0
     if args.command == "student-dist":
         from mlbook_tools.dist import student_dist

@@ -1,0 +1,91 @@
+"""Check your work before you hand it in: every visible check of the notebook, in one summary.
+
+    from mlbook.selfcheck import check
+    check("rlhf_ppo.ipynb")
+
+Runs the check part of each graded cell of the notebook file (the part students see; the file is
+only read, never written) against the functions defined in the running kernel, and prints one line
+per check: ✓, or what is wrong. The hidden tests are not in a student's copy: they run when the
+course grades the notebook. With the full checkout, the same grading runs on your saved notebook
+with the command this prints (it uses the kernel's own interpreter, so it works from a notebook
+cell, ``!...``, or from any terminal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import pathlib
+import sys
+import warnings
+
+
+def _graded_cells(path: pathlib.Path) -> list[tuple[str, float, str, bool]]:
+    """(grade id, points, source, holds hidden tests) of each autograded cell, in notebook order."""
+    cells = json.loads(path.read_text()).get("cells", [])
+    out = []
+    for cell in cells:
+        meta = cell.get("metadata", {})
+        nbg = meta.get("nbgrader", {})
+        if cell.get("cell_type") == "code" and nbg.get("grade") and not nbg.get("solution"):
+            src = cell.get("source", "")
+            src = "".join(src) if isinstance(src, list) else src
+            hidden = "hidden-tests" in meta.get("tags", []) or "### BEGIN HIDDEN TESTS" in src
+            out.append((nbg.get("grade_id", "?"), float(nbg.get("points", 0)), src, hidden))
+    return out
+
+
+def _namespace() -> dict:
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None:
+        raise RuntimeError("run check() in the notebook's kernel, after running the cells above")
+    return shell.user_ns
+
+
+def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | None = None) -> dict:
+    """Run the visible checks of ``notebook`` in ``namespace`` (default: this kernel), print them.
+
+    Returns {grade_id: None if the check passed, else its message}.
+    """
+    path = pathlib.Path(notebook)
+    if not path.exists():
+        raise FileNotFoundError(f"{path.resolve()} not found: pass the path of your notebook")
+    ns = _namespace() if namespace is None else namespace
+    results, hidden_seen = {}, False
+    for grade_id, _points, src, hidden in _graded_cells(path):
+        hidden_seen |= hidden
+        if hidden:  # a solved notebook: its test cells already ran the hidden tests above
+            continue
+        extra = " (extra credit)" if grade_id.startswith("ex") else ""
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                exec(compile(src, f"<check {grade_id}>", "exec"), ns)  # noqa: S102 - the notebook's own cell
+            results[grade_id] = None
+            print(f"✓ {grade_id}{extra}")
+        except Exception as err:  # noqa: BLE001 - report every check, not only the first failure
+            message = f"{type(err).__name__}: {err}".strip().split("\n")[0][:300]
+            results[grade_id] = message
+            print(f"✗ {grade_id}{extra}: {message}")
+    passed = sum(v is None for v in results.values())
+    print(f"\n{passed} of {len(results)} visible checks pass.", end=" ")
+    if hidden_seen:
+        print("This notebook holds the hidden tests; they ran in its graded cells.")
+        return results
+    print(
+        "The hidden tests are not in your copy: they run when the notebook is graded, and they "
+        "probe more cases than these checks. Written answers are graded by a person."
+    )
+    if importlib.util.find_spec("mlbook_tools") is not None:  # the full checkout: grade it yourself
+        print(
+            "Grade your saved notebook as the course will (save first, Ctrl+S), in a cell (with !) "
+            f"or a terminal:\n    !{sys.executable} -m mlbook_tools.cli grade {path.resolve()}"
+        )
+    return results

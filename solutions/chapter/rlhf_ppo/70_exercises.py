@@ -324,7 +324,9 @@ assert _same.shape == _mask.shape, (
 assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), (
     "a model against itself has ratio 1"
 )
-_other = TinyCausalLM(ToyLMConfig(init_std=0.3))  # a different model: ratios move off 1 on the response
+_other = TinyCausalLM(
+    ToyLMConfig(init_std=0.3)
+)  # a different model: ratios move off 1 on the response
 _moved = torch.as_tensor(importance_ratios(_other, _sampler, _tokens, _mask)).double()
 assert (_moved[~_mask.bool()] == 1).all(), (
     "ratios must be exactly 1 off the response (prompt and padding positions): mask them"

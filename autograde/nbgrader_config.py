@@ -7,6 +7,7 @@ Grading: `mlbook grade-class` (sandboxed; writes this course's gradebook and aut
 """
 
 from mlbook_tools.grading import CODE_STUB, CapOutputs, CoreExtraCsvExport, CoreExtraSummary, RedactHiddenTests
+from mlbook_tools.mathjax import TEMPLATES, nbgrader_templates
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -27,6 +28,10 @@ c.ExportApp.plugin_class = CoreExtraCsvExport
 
 # Feedback: scores from the gradebook, core and extra credit stated apart, hidden tests and their
 # tracebacks removed, every printed output capped.
+# The page names each test and written answer, and typesets math with the MathJax shipped with the
+# project (copied into the course folder by `mlbook new-course`), so it works offline.
+c.HTMLExporter.template_name = "mlbook_feedback"
+c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates())]
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     CoreExtraSummary,

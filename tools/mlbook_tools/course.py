@@ -13,6 +13,7 @@ import pathlib
 import shutil
 
 from mlbook_tools.config import layout
+from mlbook_tools.mathjax import copy_to
 
 
 def new_course(folder: str | pathlib.Path) -> pathlib.Path:
@@ -32,4 +33,5 @@ def new_course(folder: str | pathlib.Path) -> pathlib.Path:
         target = out / src.relative_to(L.course)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, target)
+    copy_to(out / "mathjax")  # the feedback pages typeset their math offline (mathjax.py)
     return out

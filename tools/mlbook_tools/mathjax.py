@@ -10,12 +10,14 @@ nbconvert's ``--HTMLExporter.mathjax_url`` at it (``URL``), so the pages work wi
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
 import pathlib
 import shutil
 import sys
 
 CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+TEMPLATES = importlib.resources.files("mlbook_tools") / "templates"  # mlbook, mlbook_feedback
 URL = f"mathjax/MathJax.js?config={CONFIG}"  # relative to the HTML pages
 
 
@@ -28,6 +30,12 @@ def static_dir() -> pathlib.Path:
     if not (folder / "MathJax.js").exists():
         raise FileNotFoundError(f"no MathJax.js in {folder}")
     return folder
+
+
+def nbgrader_templates() -> pathlib.Path:
+    """nbgrader's own template folder (feedback/, formgrade/), which mlbook_feedback extends."""
+    spec = importlib.util.find_spec("nbgrader")
+    return pathlib.Path(spec.origin).parent / "server_extensions" / "formgrader" / "templates"
 
 
 def copy_to(dest: str | pathlib.Path) -> pathlib.Path:

@@ -6,14 +6,28 @@ Grading: `mlbook grade-class` (sandboxed; writes this course's gradebook and aut
 `nbgrader autograde` still works but runs student code unconfined in this folder: trusted files only.
 """
 
-from mlbook_tools.grading import CODE_STUB, CapOutputs, CoreExtraCsvExport, CoreExtraSummary, RedactHiddenTests
-from mlbook_tools.mathjax import TEMPLATES, nbgrader_templates
+from mlbook_tools.grading import (
+    CODE_STUB,
+    CapOutputs,
+    CoreExtraCsvExport,
+    CoreExtraSummary,
+    RedactHiddenTests,
+)
+from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "rlhf-ppo"
 # Only notebooks ship to students: a paired text file with solutions must never reach release/.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", "*.md", "*.txt", "*.json"]
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "*.py",
+    "*.md",
+    "*.txt",
+    "*.json",
+]
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
@@ -30,8 +44,10 @@ c.ExportApp.plugin_class = CoreExtraCsvExport
 # tracebacks removed, every printed output capped.
 # The page names each test and written answer, and typesets math with the MathJax shipped with the
 # project (copied into the course folder by `mlbook new-course`), so it works offline.
-c.HTMLExporter.template_name = "mlbook_feedback"
-c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates())]
+# (Its own exporter class: formgrader's HTMLExporter settings stay nbgrader's.)
+c.GenerateFeedback.exporter_class = FeedbackExporter
+c.FeedbackExporter.template_name = "mlbook_feedback"
+c.FeedbackExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     CoreExtraSummary,

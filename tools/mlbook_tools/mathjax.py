@@ -16,6 +16,8 @@ import pathlib
 import shutil
 import sys
 
+from nbconvert import HTMLExporter
+
 CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 TEMPLATES = importlib.resources.files("mlbook_tools") / "templates"  # mlbook, mlbook_feedback
 URL = f"mathjax/MathJax.js?config={CONFIG}"  # relative to the HTML pages
@@ -36,6 +38,17 @@ def nbgrader_templates() -> pathlib.Path:
     """nbgrader's own template folder (feedback/, formgrade/), which mlbook_feedback extends."""
     spec = importlib.util.find_spec("nbgrader")
     return pathlib.Path(spec.origin).parent / "server_extensions" / "formgrader" / "templates"
+
+
+class FeedbackExporter(HTMLExporter):
+    """``nbgrader generate_feedback``'s exporter (``c.GenerateFeedback.exporter_class``), configured
+    in the course config as ``c.FeedbackExporter`` to use the ``mlbook_feedback`` template (tests and
+    written answers named, MathJax offline first). A class of its own, so that formgrader, which
+    reads the same course config, keeps nbgrader's templates."""
+
+    @staticmethod
+    def template_basedirs() -> list[str]:
+        return [str(TEMPLATES), str(nbgrader_templates())]
 
 
 def copy_to(dest: str | pathlib.Path) -> pathlib.Path:

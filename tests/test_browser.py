@@ -310,7 +310,7 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
                 note = gb.find_comment(gid, "rlhf_ppo", "rlhf_ppo", "alice")
                 return grade.manual_score == 0.5 and note.manual_comment == comment
 
-        WebDriverWait(browser, 30, poll_frequency=0.5).until(saved)
+        WebDriverWait(browser, 90, poll_frequency=0.5).until(saved)
         browser.refresh()
         wait.until(lambda d: d.find_element(By.ID, gid).get_attribute("value") == "0.5")
 

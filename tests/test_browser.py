@@ -199,6 +199,10 @@ def _answered_copy(work: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def _notebook_text(driver) -> str:
+    return driver.execute_script("return document.querySelector('.jp-Notebook').textContent")
+
+
 def _lab_busy(driver) -> bool:
     return driver.execute_script(
         "return [...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"
@@ -212,10 +216,6 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
         browser.get(lab.url("/lab/tree/rlhf_ppo.ipynb"))
         wait = WebDriverWait(browser, 180, poll_frequency=0.5)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"))
-        wait.until(lambda d: d.execute_script(
-            "const s = document.querySelector('.jp-Notebook-ExecutionIndicator, .jp-Toolbar-kernelStatus');"
-            "return !!document.querySelector('.jp-KernelStatus, .jp-Toolbar-kernelName') && "
-            "!!document.querySelector('.jp-NotebookPanel')"))  # fmt: skip
         # Run > Run All Cells, through the menu as a student would.
         menu = next(
             e
@@ -225,14 +225,18 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
         menu.click()
         wait.until(
             lambda d: d.find_elements(
-                By.CSS_SELECTOR, '.lm-Menu-item[data-command="notebook:run-all-cells"]'
+                By.CSS_SELECTOR, '.lm-Menu-item[data-command="runmenu:run-all"]'
             )
         )
         browser.find_element(
-            By.CSS_SELECTOR, '.lm-Menu-item[data-command="notebook:run-all-cells"]'
+            By.CSS_SELECTOR, '.lm-Menu-item[data-command="runmenu:run-all"]'
         ).click()
-        wait.until(_lab_busy)
-        WebDriverWait(browser, 420, poll_frequency=1).until(lambda d: not _lab_busy(d))
+        # Run All ends with the "Check your work" cell, the last code cell: its summary means done.
+        WebDriverWait(browser, 480, poll_frequency=1).until(
+            lambda d: (
+                re.search(r"\d+ of \d+ visible checks pass", _notebook_text(d)) and not _lab_busy(d)
+            )
+        )
         prompts = browser.execute_script(
             "return [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim())"
         )
@@ -241,7 +245,7 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
             By.CSS_SELECTOR, '[data-mime-type="application/vnd.jupyter.error"]'
         )
         assert not errors, errors[0].text[:500]
-        text = browser.execute_script("return document.querySelector('.jp-Notebook').innerText")
+        text = _notebook_text(browser)
         assert text.count("✓") >= 8, "the check cells did not print their ✓"
         assert re.search(r"\d+ of \d+ visible checks pass", text)
         summary = re.search(r"(\d+) of (\d+) visible checks pass", text)

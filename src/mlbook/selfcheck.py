@@ -3,16 +3,17 @@
     from mlbook.selfcheck import check
     check("rlhf_ppo.ipynb")
 
-Runs the check part of each graded cell of the notebook file (the part students see; the file is
-only read, never written) against the functions defined in the running kernel, and prints one line
-per check: ✓, or what is wrong. The hidden tests are not in a student's copy: they run when the
-course grades the notebook. With the full checkout, the same grading runs on your saved notebook
-with the command this prints (it uses the kernel's own interpreter, so it works from a notebook
-cell, ``!...``, or from any terminal).
+Runs every visible check of the notebook file (the check cell after each function and the visible
+part of the graded cells; the file is only read, never written) against the functions defined in
+the running kernel, and prints one line per check: ✓, or what is wrong. The hidden tests are not
+in a student's copy: they run when the course grades the notebook. With the full checkout, the
+same grading runs on your saved notebook with the command this prints (it uses the kernel's own
+interpreter, so it works from a notebook cell, ``!...``, or from any terminal).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import io
@@ -22,18 +23,39 @@ import sys
 import warnings
 
 
-def _graded_cells(path: pathlib.Path) -> list[tuple[str, float, str, bool]]:
-    """(grade id, points, source, holds hidden tests) of each autograded cell, in notebook order."""
-    cells = json.loads(path.read_text()).get("cells", [])
-    out = []
-    for cell in cells:
+def _check_cells(path: pathlib.Path) -> list[tuple[str, str, bool]]:
+    """(name, source, holds hidden tests) of every visible check, in notebook order.
+
+    A visible check is a read-only code cell with an ``assert`` that runs on your answers: the check
+    cell after each function (tagged ``raises-exception`` until the answers exist) and the visible
+    part of a graded cell. The name says which answer it checks.
+    """
+    out, last, previous_was_answer = [], None, False
+    for i, cell in enumerate(json.loads(path.read_text()).get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
         meta = cell.get("metadata", {})
         nbg = meta.get("nbgrader", {})
-        if cell.get("cell_type") == "code" and nbg.get("grade") and not nbg.get("solution"):
-            src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else src
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        if nbg.get("solution"):
+            last, previous_was_answer = nbg.get("grade_id"), True
+            continue
+        graded = bool(nbg.get("grade"))
+        try:
+            asserts = any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(src)))
+        except SyntaxError:
+            asserts = False
+        if asserts and (graded or "raises-exception" in meta.get("tags", [])):
+            if graded:
+                name = nbg.get("grade_id", f"cell {i + 1}")
+            elif previous_was_answer:
+                name = f"check of {last}"
+            else:
+                name = f"cell {i + 1} (uses your answers)"
             hidden = "hidden-tests" in meta.get("tags", []) or "### BEGIN HIDDEN TESTS" in src
-            out.append((nbg.get("grade_id", "?"), float(nbg.get("points", 0)), src, hidden))
+            out.append((name, src, hidden))
+        previous_was_answer = False
     return out
 
 
@@ -59,11 +81,11 @@ def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | Non
         raise FileNotFoundError(f"{path.resolve()} not found: pass the path of your notebook")
     ns = _namespace() if namespace is None else namespace
     results, hidden_seen = {}, False
-    for grade_id, _points, src, hidden in _graded_cells(path):
+    for grade_id, src, hidden in _check_cells(path):
         hidden_seen |= hidden
         if hidden:  # a solved notebook: its test cells already ran the hidden tests above
             continue
-        extra = " (extra credit)" if grade_id.startswith("ex") else ""
+        extra = " (extra credit)" if grade_id.startswith("ex") or "of ex" in grade_id else ""
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")

@@ -232,7 +232,7 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
             By.CSS_SELECTOR, '.lm-Menu-item[data-command="runmenu:run-all"]'
         ).click()
         # Run All ends with the "Check your work" cell, the last code cell: its summary means done.
-        WebDriverWait(browser, 480, poll_frequency=1).until(
+        WebDriverWait(browser, 900, poll_frequency=1).until(
             lambda d: (
                 re.search(r"\d+ of \d+ visible checks pass", _notebook_text(d)) and not _lab_busy(d)
             )

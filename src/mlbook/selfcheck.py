@@ -89,7 +89,9 @@ def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | Non
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
-                exec(compile(src, f"<check {grade_id}>", "exec"), ns)  # noqa: S102 - the notebook's own cell
+                # a copy of the namespace: a check's own variables (e.g. a tensor named like one of
+                # your functions) never replace your definitions, nor leak into the next check
+                exec(compile(src, f"<check {grade_id}>", "exec"), dict(ns))  # noqa: S102 - the notebook's own cell
             results[grade_id] = None
             print(f"✓ {grade_id}{extra}")
         except Exception as err:  # noqa: BLE001 - report every check, not only the first failure

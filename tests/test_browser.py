@@ -216,6 +216,15 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
         browser.get(lab.url("/lab/tree/rlhf_ppo.ipynb"))
         wait = WebDriverWait(browser, 180, poll_frequency=0.5)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"))
+        # The kernel is up and the notebook is the current widget (Run All acts on the current one).
+        wait.until(
+            lambda d: (
+                "| Idle"
+                in d.find_element(By.CSS_SELECTOR, ".jp-StatusBar-Widget, #jp-main-statusbar").text
+                or "Idle" in d.find_element(By.ID, "jp-main-statusbar").text
+            )
+        )
+        browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").click()
         # Run > Run All Cells, through the menu as a student would.
         menu = next(
             e

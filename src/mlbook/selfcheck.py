@@ -53,7 +53,7 @@ def _check_cells(path: pathlib.Path) -> list[tuple[str, str, bool]]:
                 name = f"check of {last}"
             else:
                 name = f"cell {i + 1} (uses your answers)"
-            hidden = "hidden-tests" in meta.get("tags", []) or "### BEGIN HIDDEN TESTS" in src
+            hidden = "hidden-tests" in meta.get("tags", [])  # the solved notebook
             out.append((name, src, hidden))
         previous_was_answer = False
     return out
@@ -77,8 +77,9 @@ def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | Non
     Returns {grade_id: None if the check passed, else its message}.
     """
     path = pathlib.Path(notebook)
-    if not path.exists():
-        raise FileNotFoundError(f"{path.resolve()} not found: pass the path of your notebook")
+    if not path.exists():  # said, not raised: Run All goes on, and the line says what to do
+        print(f"{path.resolve()} not found: run check('path/to/your/notebook.ipynb')")
+        return {}
     ns = _namespace() if namespace is None else namespace
     results, hidden_seen = {}, False
     for grade_id, src, hidden in _check_cells(path):

@@ -28,14 +28,20 @@ train: env
 notebooks: env
 	$(BIN)/mlbook build
 
-# Execute the solved notebooks (every cell, hidden tests included), then render them, figures
-# embedded, to build/*.html without the cells tagged hidden-tests: the reading form shows the
-# chapter, not the grader's code. (nbconvert removes tagged cells before it executes, hence two steps.)
-# The mlbook template is JupyterLab's plus each figure's alternative text.
+# Execute the solved notebooks (every cell, hidden tests included; TQDM_DISABLE: no progress-bar
+# widget, which a static page would show empty), then render them, figures embedded, to build/*.html
+# without the cells tagged hidden-tests (the reading form shows the chapter, not the grader's code)
+# or student-instructions (how to fill in and check the stubs). nbconvert removes tagged cells before
+# it executes, hence two steps. The mlbook template is JupyterLab's plus each figure's alternative
+# text. The math is typeset by the MathJax the project ships (build/mathjax/), so the pages work offline.
+MATHJAX_URL := mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe
 html: notebooks
-	$(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
+	TQDM_DISABLE=1 $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
 		--output-dir $(OUT)/executed solutions/notebooks/*.ipynb
-	$(BIN)/jupyter nbconvert --to html --TagRemovePreprocessor.remove_cell_tags='{"hidden-tests"}' \
+	$(BIN)/python -m mlbook_tools.mathjax $(OUT)/mathjax
+	$(BIN)/jupyter nbconvert --to html \
+		--TagRemovePreprocessor.remove_cell_tags='{"hidden-tests","student-instructions"}' \
+		--HTMLExporter.mathjax_url='$(MATHJAX_URL)' \
 		--TemplateExporter.extra_template_basedirs=tools/mlbook_tools/templates --template mlbook \
 		--output-dir $(OUT) $(OUT)/executed/*.ipynb
 

@@ -10,7 +10,6 @@ and earn `extra_credit`, so formgrader shows a full-marks student as 10 (+ extra
 
 from mlbook_tools.grading import (
     CODE_STUB,
-    FEEDBACK_TEMPLATES,
     CapOutputs,
     CoreExtraCsvExport,
     CoreExtraSummary,
@@ -19,12 +18,21 @@ from mlbook_tools.grading import (
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )
+from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "rlhf-ppo"
 # Only notebooks ship to students: a paired text file with solutions must never reach release/.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", "*.md", "*.txt", "*.json"]
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "*.py",
+    "*.md",
+    "*.txt",
+    "*.json",
+]
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
@@ -42,6 +50,13 @@ c.ExportApp.plugin_class = CoreExtraCsvExport
 
 # Feedback: scores from the gradebook, core and extra credit stated apart, hidden tests and their
 # tracebacks removed, every printed output capped.
+# The page names each test and written answer, says "awaiting manual grading" where nbgrader shows
+# its placeholder 0.0, labels extra credit, and typesets math with the MathJax shipped with the
+# project (copied into the course folder by `mlbook new-course`), so it works offline.
+# (Its own exporter class: formgrader's HTMLExporter settings stay nbgrader's.)
+c.GenerateFeedback.exporter_class = FeedbackExporter
+c.FeedbackExporter.template_name = "mlbook_feedback"
+c.FeedbackExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 c.GenerateFeedback.preprocessors = [
     GetGradesWithStatus,
     CoreExtraSummary,
@@ -49,6 +64,3 @@ c.GenerateFeedback.preprocessors = [
     RedactHiddenTests,
     CapOutputs,
 ]
-# nbgrader's feedback page, saying "awaiting manual grading" where nbgrader shows its placeholder 0.0.
-c.HTMLExporter.template_name = "mlbook_feedback"
-c.HTMLExporter.extra_template_basedirs = [str(FEEDBACK_TEMPLATES)]

@@ -365,7 +365,8 @@ def check_ppo_clip_loss(ppo_clip_loss, seed=0):
             _as_f64(loss, "loss").reshape(()),
             torch.tensor(_brute_clip(logp_new, logp_old, adv, mask, eps)),
             "loss",
-            "the loss must be -mean over response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A); clip the ratio, not the advantage",
+            "the loss must be -mean over response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A): clip r at both ends, "
+            "1-eps and 1+eps (the lower end binds when A < 0, the upper when A > 0), and take the min with the unclipped r*A",
         )
 
         # 3) Hand-made tokens, one per case: (advantage, ratio) and whether the gradient must vanish.
@@ -676,6 +677,10 @@ def check_ex5_importance_ratios(importance_ratios, seed=0):
                 want[i, t] = math.exp(float(lp_pol[i, t, y] - lp_smp[i, t, y]))
     on = mask.bool()
     _expect(float((want[on] - 1).abs().mean()) > 0.05, "test setup: the two models should differ")
+    _expect(
+        bool(torch.all(got[~on] == 1.0)),
+        "ratios must be exactly 1 off the response (prompt and padding positions): mask them",
+    )
     _close(
         got[on],
         want[on],

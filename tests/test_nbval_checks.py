@@ -85,7 +85,7 @@ def test_nbval_fails_on_a_perturbed_checked_number(tmp_path):
     cells = _code(nb)
     index = {c.id: i for i, c in enumerate(cells)}  # nbval names code cells "Cell <i>"
     imports, table, controller = (
-        index["00_intro-1"],
+        index["00_intro-2"],  # cell 0: title and contents, 1: how to work, 2: the imports
         index["10_intuition-1"],
         index["50_production-1"],
     )

@@ -40,6 +40,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+from mlbook.posttrain.samplers import StaleByOneUpdate  # the student library's (exercise 5)
 from mlbook.posttrain.toy_lm import (
     END_ID,
     DemoBatch,
@@ -307,18 +308,6 @@ def ptx_run(
 # ----------------------------------------------------------------------------------- exercise 5
 
 
-class StaleByOneUpdate:
-    """``train_ppo(sampler=...)`` for asynchronous rollouts: each step samples with the weights the
-    policy had at the start of the previous step, one update behind (the first step: a copy)."""
-
-    def __init__(self) -> None:
-        self.previous: nn.Module | None = None
-
-    def __call__(self, policy: nn.Module) -> nn.Module:
-        sampler, self.previous = self.previous or copy.deepcopy(policy), copy.deepcopy(policy)
-        return sampler
-
-
 def stale_run(
     seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]
 ) -> dict:
@@ -394,6 +383,7 @@ def importance_ratios(
 FINGERPRINT_MODULES = (
     "mlbook.posttrain.toy_lm",
     "mlbook.posttrain.masks",
+    "mlbook.posttrain.samplers",
     "mlbook_solutions.ppo_lm",
     "mlbook_solutions.run_toy",
     "mlbook_solutions.exercises",

@@ -1,9 +1,12 @@
 """``mlbook``: build the notebooks from their sources, grade one notebook, or grade a class.
 
+mlbook start [DIR]                           copy the released notebooks to your own folder (default
+                                             ~/rlhf-ppo-work); no other command ever writes there
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
                                              (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
 mlbook student-dist [--out D]                write what students get: the library wheel and the released notebooks
+mlbook new-course DIR                        create an nbgrader course folder (config + source notebook)
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
 
@@ -15,11 +18,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; anything that stops it is one line on stderr (exit 1), never a traceback."""
+    # nbgrader runs `alembic` as a program: this interpreter's bin/ first, activated venv or not.
+    bindir = str(pathlib.Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - one clear line, the class of problem and what to do
+        from mlbook_tools.workcopy import HoldsAnswers
+
+        name = "refused" if isinstance(err, HoldsAnswers) else "error"
+        print(f"{name}: {err}".replace("\n", " ").strip()[:2000], file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="mlbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -33,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the stored outputs of unchanged checked cells",
     )
+    st = sub.add_parser("start", help="copy the released notebooks into your own work folder")
+    st.add_argument("dir", nargs="?", default=None, help="your folder (default: ~/rlhf-ppo-work)")
+    nc = sub.add_parser("new-course", help="create an nbgrader course folder outside the checkout")
+    nc.add_argument("dir")
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
     g.add_argument("path")
     g.add_argument("--assignment", default="rlhf_ppo")
@@ -71,6 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
+    if args.command == "start":
+        from mlbook_tools.workcopy import start
+
+        out, copied, kept = start(args.dir)
+        for name in copied:
+            print(f"copied {name} to {out}")
+        for name in kept:
+            print(f"kept your {out / name} (never overwritten)")
+        print(f"work there: cd {out} && {pathlib.Path(sys.executable).parent / 'jupyter'} lab")
+        return 0
+    if args.command == "new-course":
+        from mlbook_tools.course import new_course
+
+        out = new_course(args.dir)
+        print(
+            f"course folder {out}: put submissions at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb"
+        )
+        return 0
     if args.command == "student-dist":
         from mlbook_tools.dist import student_dist
 

@@ -2,13 +2,17 @@
 
 The repo tooling never locates files relative to its own installed location. The root is, in order:
 ``$MLBOOK_ROOT``; else the nearest folder at or above the working directory whose ``pyproject.toml``
-has a ``[tool.mlbook]`` table. Every path in that table is relative to the root.
+has a ``[tool.mlbook]`` table; else the nearest such folder above the running interpreter's
+environment (``sys.prefix``: ``make env`` puts ``.venv`` inside the checkout), so ``.venv/bin/mlbook``
+works from any folder, e.g. a course folder or a student's work folder outside the checkout.
+Every path in that table is relative to the root.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import sys
 import tomllib
 from dataclasses import dataclass
 
@@ -42,11 +46,13 @@ def find_root(start: str | os.PathLike | None = None) -> pathlib.Path:
             )
         return root
     here = pathlib.Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
+    prefix = pathlib.Path(sys.prefix).resolve()
+    for folder in (here, *here.parents, *prefix.parents):
         if _table(folder / "pyproject.toml") is not None:
             return folder
     raise FileNotFoundError(
-        f"no pyproject.toml with a [tool.mlbook] table at or above {here}: run from the repository or set MLBOOK_ROOT"
+        f"no checkout of the chapter found (a pyproject.toml with [tool.mlbook]) at or above {here} "
+        f"or above {prefix}: run the checkout's .venv/bin/mlbook, or set MLBOOK_ROOT to the checkout"
     )
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from mlbook_tools.config import layout
+from mlbook_tools.workcopy import refuse_if_answered
 
 
 def build_wheel(out: pathlib.Path) -> pathlib.Path:
@@ -48,6 +49,7 @@ def student_dist(out: str | pathlib.Path | None = None) -> pathlib.Path:
     """Write the student distribution to ``out`` (default: [tool.mlbook] student-dist); returns it."""
     L = layout()
     out = pathlib.Path(out) if out else L.student_dist
+    refuse_if_answered(sorted(out.glob("*.ipynb")) + sorted(out.glob("*.py")))
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

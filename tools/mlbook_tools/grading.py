@@ -332,9 +332,6 @@ class CoreExtraCsvExport(ExportPlugin):
 
 # ------------------------------------------------------------------------------------ the engine
 
-FEEDBACK_TEMPLATES = (
-    pathlib.Path(__file__).parent / "templates"
-)  # mlbook_feedback: nbgrader's, + awaiting/extra
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 
 
@@ -510,7 +507,8 @@ def record(
     notebook: str | None,
 ) -> None:
     """Scores into the nbgrader gradebook (through its API) and the autograded notebook next to it."""
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.utils import parse_utc
 
     nb_name = assignment
     out = course / "autograded" / student / assignment / f"{nb_name}.ipynb"
@@ -522,8 +520,15 @@ def record(
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("ignore")  # SQLAlchemy autoflush notes from inside nbgrader's own API
-        gb.update_or_create_student(student)
-        gb.update_or_create_submission(assignment, student)
+        try:  # a name formgrader can show ("None, None" otherwise); never overwrite a real one
+            gb.find_student(student)
+        except MissingEntry:
+            gb.add_student(student, last_name=student, first_name="")
+        stamp = (
+            course / "submitted" / student / assignment / "timestamp.txt"
+        )  # as nbgrader collects it
+        when = {"timestamp": parse_utc(stamp.read_text().strip())} if stamp.is_file() else {}
+        gb.update_or_create_submission(assignment, student, **when)
         for cell in source_nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):

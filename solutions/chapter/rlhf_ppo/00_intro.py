@@ -3,7 +3,7 @@
 #
 # Proximal Policy Optimization is the algorithm behind the first generation of instruction-tuned
 # chat models, and it remains the yardstick later methods (DPO, GRPO) are measured against. In this
-# chapter you will write its five load-bearing functions yourself and train a tiny language model
+# chapter you will write its six load-bearing functions yourself and train a tiny language model
 # with them on your laptop's CPU:
 #
 # | section | what you do |
@@ -16,18 +16,20 @@
 # | §6 Interview questions | answers hidden until you click |
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
 # | References | the papers and code the prose cites by author and year |
-#
-# **How to work through it.** Run the cells from the top. Each cell that says
-# `raise NotImplementedError` is yours: replace that line with your implementation. Right after
-# each of your functions a *check* cell runs it on a small example and prints ✓ or tells you what is
-# off. The graded cells (marked "Graded") contain more thorough tests that run when the notebook is
-# autograded; they are hidden from you, and they accept any correct implementation (loops or
-# vectorised, float32 or float64). The check cells are built to catch the common mistakes those
-# tests punish, but the hidden tests probe more cases, so grade yourself before you hand in: in a
-# terminal, `mlbook grade path/to/notebook.ipynb` runs the hidden tests on your saved notebook and
-# prints, for each graded cell, its points and the message of a failed test; written answers show
-# as awaiting manual grading. Read-only cells hold the code you only need to read; edits to them
-# are undone at grading time.
+
+# %% [markdown] tags=["student-instructions"]
+# **How to work through it.** Work in your own copy of this notebook, never in the checkout's
+# `chapters/` folder (commands there regenerate it): `mlbook start` copies it to `~/rlhf-ppo-work/`,
+# where nothing but you ever writes (a course hands you your copy). Run the cells from the top. Each
+# cell that says `raise NotImplementedError` is yours: replace that line with your implementation.
+# Right after each of your functions a *check* cell runs it on a small example and prints ✓ or tells
+# you what is off. The graded cells (marked "Graded") run more thorough hidden tests when the
+# notebook is graded; they accept any correct implementation (loops or vectorised, float32 or
+# float64). The checks are built to catch the common mistakes those tests punish, but the hidden
+# tests probe more cases. Before you hand in, the cell under "Check your work" at the end runs every
+# check again in one summary; with the full checkout it also prints the command that grades your
+# saved notebook the way the course will, hidden tests included. Read-only cells hold the code you
+# only need to read; edits to them are undone at grading time.
 #
 # **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
 # prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor

@@ -87,7 +87,8 @@ print(
     [[round(v, 4) + 0.0 for v in row] for row in ((adv + values) * mask).tolist()],
 )
 assert torch.allclose((adv + values) * mask, reward_to_go, atol=1e-6), (
-    "with gamma = lambda = 1, A + V must be the reward-to-go"
+    "with gamma = lambda = 1, A + V must be the reward-to-go; check that the value after the last "
+    "response token counts as 0, so the padding values (9.0 here) never leak into the advantages"
 )
 assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6), (
     "the second output must be the returns G = A + V"

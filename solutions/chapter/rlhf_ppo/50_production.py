@@ -159,7 +159,10 @@ print("advantages, score after EOS:", [round(x, 4) + 0.0 for x in a_slot[0, :3].
 predicted = [(1 - lam) * (v[0, 3].item() - r_phi) * lam ** (2 - t) for t in range(3)]
 print("difference:", [round(x, 4) + 0.0 for x in gap.tolist()], " (1 - lam)(V_slot - r) lam^(T-t):",
       [round(x, 4) + 0.0 for x in predicted])  # fmt: skip
-assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
+assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
+    "the gap does not follow (1 - lam)(V_slot - r) lam^(T-t): this cell uses your `gae` from §3, "
+    "so check that its ✓ check cell passes first"
+)
 
 # %% [markdown]
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:

@@ -292,7 +292,7 @@ show(
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
 # update behind the policy being trained. `train_ppo(sampler=StaleByOneUpdate())` (from
-# `mlbook_solutions.exercises`) does exactly that, and
+# `mlbook.posttrain.samplers`) does exactly that, and
 # `collect_rollouts(sampler=...)` records `logp_old` from the model that actually sampled.
 #
 # Write `importance_ratios(policy, sampler, tokens, response_mask)`: the ratio
@@ -305,7 +305,7 @@ show(
 
 # %% test="ex5_stale_test" needs_answers=true tags=["nbval-check-output"]
 # Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
-# has moved on since. The visible part: shape, and a model against itself.
+# has moved on since. The visible part: shape, a model against itself, and 1 off the response.
 import copy
 
 from mlbook.posttrain.toy_lm import END_ID, TinyCausalLM, ToyLMConfig, make_prompts, sample
@@ -323,6 +323,13 @@ assert _same.shape == _mask.shape, (
 )
 assert torch.allclose(_same[_mask.bool()], torch.ones(()).double(), atol=1e-6), (
     "a model against itself has ratio 1"
+)
+_other = TinyCausalLM(
+    ToyLMConfig(init_std=0.3)
+)  # a different model: ratios move off 1 on the response
+_moved = torch.as_tensor(importance_ratios(_other, _sampler, _tokens, _mask)).double()
+assert (_moved[~_mask.bool()] == 1).all(), (
+    "ratios must be exactly 1 off the response (prompt and padding positions): mask them"
 )
 
 # %% solution="ex5_demo" tags=["nbval-check-output"] demo=true

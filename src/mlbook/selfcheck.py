@@ -1,0 +1,116 @@
+"""Check your work before you hand it in: every visible check of the notebook, in one summary.
+
+    from mlbook.selfcheck import check
+    check("rlhf_ppo.ipynb")
+
+Runs every visible check of the notebook file (the check cell after each function and the visible
+part of the graded cells; the file is only read, never written) against the functions defined in
+the running kernel, and prints one line per check: ✓, or what is wrong. The hidden tests are not
+in a student's copy: they run when the course grades the notebook. With the full checkout, the
+same grading runs on your saved notebook with the command this prints (it uses the kernel's own
+interpreter, so it works from a notebook cell, ``!...``, or from any terminal).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import json
+import pathlib
+import sys
+import warnings
+
+
+def _check_cells(path: pathlib.Path) -> list[tuple[str, str, bool]]:
+    """(name, source, holds hidden tests) of every visible check, in notebook order.
+
+    A visible check is a read-only code cell with an ``assert`` that runs on your answers: the check
+    cell after each function (tagged ``raises-exception`` until the answers exist) and the visible
+    part of a graded cell. The name says which answer it checks.
+    """
+    out, last, previous_was_answer = [], None, False
+    for i, cell in enumerate(json.loads(path.read_text()).get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata", {})
+        nbg = meta.get("nbgrader", {})
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        if nbg.get("solution"):
+            last, previous_was_answer = nbg.get("grade_id"), True
+            continue
+        graded = bool(nbg.get("grade"))
+        try:
+            asserts = any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(src)))
+        except SyntaxError:
+            asserts = False
+        if asserts and (graded or "raises-exception" in meta.get("tags", [])):
+            if graded:
+                name = nbg.get("grade_id", f"cell {i + 1}")
+            elif previous_was_answer:
+                name = f"check of {last}"
+            else:
+                name = f"cell {i + 1} (uses your answers)"
+            hidden = "hidden-tests" in meta.get("tags", [])  # the solved notebook
+            out.append((name, src, hidden))
+        previous_was_answer = False
+    return out
+
+
+def _namespace() -> dict:
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None:
+        raise RuntimeError("run check() in the notebook's kernel, after running the cells above")
+    return shell.user_ns
+
+
+def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | None = None) -> dict:
+    """Run the visible checks of ``notebook`` in ``namespace`` (default: this kernel), print them.
+
+    Returns {grade_id: None if the check passed, else its message}.
+    """
+    path = pathlib.Path(notebook)
+    if not path.exists():  # said, not raised: Run All goes on, and the line says what to do
+        print(f"{path.resolve()} not found: run check('path/to/your/notebook.ipynb')")
+        return {}
+    ns = _namespace() if namespace is None else namespace
+    results, hidden_seen = {}, False
+    for grade_id, src, hidden in _check_cells(path):
+        hidden_seen |= hidden
+        if hidden:  # a solved notebook: its test cells already ran the hidden tests above
+            continue
+        extra = " (extra credit)" if grade_id.startswith("ex") or "of ex" in grade_id else ""
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                # a copy of the namespace: a check's own variables (e.g. a tensor named like one of
+                # your functions) never replace your definitions, nor leak into the next check
+                exec(compile(src, f"<check {grade_id}>", "exec"), dict(ns))  # noqa: S102 - the notebook's own cell
+            results[grade_id] = None
+            print(f"✓ {grade_id}{extra}")
+        except Exception as err:  # noqa: BLE001 - report every check, not only the first failure
+            message = f"{type(err).__name__}: {err}".strip().split("\n")[0][:300]
+            results[grade_id] = message
+            print(f"✗ {grade_id}{extra}: {message}")
+    passed = sum(v is None for v in results.values())
+    print(f"\n{passed} of {len(results)} visible checks pass.", end=" ")
+    if hidden_seen:
+        print("This notebook holds the hidden tests; they ran in its graded cells.")
+        return results
+    print(
+        "The hidden tests are not in your copy: they run when the notebook is graded, and they "
+        "probe more cases than these checks. Written answers are graded by a person."
+    )
+    if importlib.util.find_spec("mlbook_tools") is not None:  # the full checkout: grade it yourself
+        print(
+            "Grade your saved notebook as the course will (save first, Ctrl+S), in a cell (with !) "
+            f"or a terminal:\n    !{sys.executable} -m mlbook_tools.cli grade {path.resolve()}"
+        )
+    return results

@@ -1,0 +1,146 @@
+"""A student's work is never an output: no command that writes notebooks overwrites an answer.
+
+The README sends students to work in their own copy (``mlbook start``, outside the checkout). Here:
+answers typed there survive ``mlbook build`` and the file-writing parts of ``make chapter`` byte for
+byte; and a release notebook in the checkout that holds answers (the old place to work) makes
+``mlbook build``, ``mlbook build --check``, ``make notebooks`` and ``mlbook student-dist`` refuse
+with a message saying where to work, writing nothing.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import jupytext
+import pytest
+from mlbook_tools.config import layout
+from mlbook_tools.workcopy import answered_cells
+
+ROOT = layout().root
+MLBOOK = [sys.executable, "-m", "mlbook_tools.cli"]
+ANSWER = "    return rewards * 0.0  # my own answer"
+
+
+def _fill(text: str, grade_id: str = "gae") -> str:
+    """The release notebook's text with the stub of ``grade_id`` replaced by an answer."""
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id:
+            src = "".join(cell["source"])
+            lines = [ANSWER if "raise NotImplementedError" in ln else ln for ln in src.split("\n")]
+            cell["source"] = "\n".join(lines)
+            return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    raise AssertionError(f"no cell {grade_id}")
+
+
+def _run(cmd, cwd=ROOT):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def test_start_copies_the_release_and_never_overwrites(tmp_path):
+    work = tmp_path / "rlhf-ppo-work"
+    run = _run([*MLBOOK, "start", str(work)], cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    nb = work / "rlhf_ppo.ipynb"
+    assert nb.read_bytes() == (layout().release / "rlhf_ppo.ipynb").read_bytes()
+    filled = _fill(nb.read_text()).encode()
+    nb.write_bytes(filled)
+    again = _run([*MLBOOK, "start", str(work)], cwd=tmp_path)
+    assert again.returncode == 0 and "kept your" in again.stdout, again.stdout + again.stderr
+    assert nb.read_bytes() == filled
+    inside = _run([*MLBOOK, "start", str(ROOT / "chapters" / "mine")])
+    assert inside.returncode == 1 and "inside the checkout" in inside.stderr
+    assert "Traceback" not in inside.stderr
+
+
+def test_answers_in_the_work_folder_survive_build_and_make(tmp_path):
+    """Fill a stub where the README says to work; the commands that write files leave it byte for byte."""
+    work = tmp_path / "rlhf-ppo-work"
+    assert _run([*MLBOOK, "start", str(work)]).returncode == 0
+    nb = work / "rlhf_ppo.ipynb"
+    nb.write_text(_fill(nb.read_text()))
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+    # `make chapter` = train (writes build/) + html (mlbook build, then nbconvert into build/): the
+    # build is what writes notebooks; training and nbconvert write only under build/.
+    build = _run([*MLBOOK, "build", "--no-execute"])
+    assert build.returncode == 0, build.stdout + build.stderr
+    dry = _run(["make", "-n", "chapter"])
+    assert str(work) not in dry.stdout and "rlhf-ppo-work" not in dry.stdout
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+
+
+@pytest.mark.parametrize("suffix", [".ipynb", ".py"])
+def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
+    """The old place to work: a filled release file stops every writer, which writes nothing."""
+    path = layout().release / f"rlhf_ppo{suffix}"
+    release = {p: p.read_bytes() for p in layout().release.iterdir() if p.is_file()}
+    ipynb = _fill((layout().release / "rlhf_ppo.ipynb").read_text())
+    filled = (
+        ipynb
+        if suffix == ".ipynb"
+        else jupytext.writes(jupytext.reads(ipynb, "ipynb"), "py:percent")
+    )
+    try:
+        path.write_text(filled)
+        assert answered_cells(path) == ["gae"]
+        for cmd in ([*MLBOOK, "build"], [*MLBOOK, "build", "--check"], ["make", "notebooks"]):
+            run = _run(cmd)
+            out = run.stdout + run.stderr
+            assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
+            assert "holds answers (gae)" in out and "mlbook start" in out, out
+            assert "Traceback" not in out and "wrote " not in out, out
+            assert path.read_text() == filled
+            for p, data in release.items():
+                if p != path:
+                    assert p.read_bytes() == data, f"{cmd} wrote {p}"
+    finally:
+        for p, data in release.items():
+            p.write_bytes(data)
+
+
+def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
+    out = tmp_path / "dist"
+    out.mkdir()
+    nb = out / "rlhf_ppo.ipynb"
+    nb.write_text(_fill((layout().release / "rlhf_ppo.ipynb").read_text()))
+    before = nb.read_bytes()
+    run = _run([*MLBOOK, "student-dist", "--out", str(out)])
+    assert run.returncode == 1 and "refused:" in run.stderr and "holds answers" in run.stderr
+    assert nb.read_bytes() == before and sorted(out.iterdir()) == [nb]
+
+
+def test_commands_find_the_checkout_from_any_folder(tmp_path):
+    """`mlbook` run by its full path in a folder outside the checkout, no MLBOOK_ROOT: no traceback."""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MLBOOK_ROOT"}
+    env["PATH"] = "/usr/bin:/bin"  # not activated: nbgrader's `alembic` must still be found
+    mlbook = str(pathlib.Path(sys.executable).parent / "mlbook")
+    course = tmp_path / "course"
+    run = subprocess.run([mlbook, "new-course", str(course)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert (course / "nbgrader_config.py").exists()
+    assert (course / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb").exists()
+    missing = subprocess.run([mlbook, "grade", "nothing.ipynb"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True)  # fmt: skip
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
+    assert "nothing.ipynb" in missing.stderr
+
+
+def test_ex5_check_enforces_one_off_the_response():
+    """An importance_ratios that forgets the mask fails the graded check (it got 1/1 before)."""
+    import ppo_checks
+    import torch
+    from mlbook_solutions.exercises import importance_ratios
+
+    from mlbook.posttrain.toy_lm import token_log_probs
+
+    def unmasked(policy, sampler, tokens, response_mask):
+        with torch.no_grad():
+            return torch.exp(
+                token_log_probs(policy(tokens), tokens) - token_log_probs(sampler(tokens), tokens)
+            )
+
+    ppo_checks.check_ex5_importance_ratios(importance_ratios)
+    with pytest.raises(AssertionError, match="1 off the response"):
+        ppo_checks.check_ex5_importance_ratios(unmasked)

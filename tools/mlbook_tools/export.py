@@ -1,0 +1,63 @@
+"""``nbgrader export --exporter mlbook_tools.export.WideCsvExport --to grades_wide.csv``.
+
+One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
+then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
+``needs_manual_grade`` and the submission ``timestamp``, then one column per graded cell
+(``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``, with this course's
+``CoreExtraCsvExport``) stays the default.
+"""
+
+from __future__ import annotations
+
+import csv
+
+from nbgrader.plugins import ExportPlugin
+
+from mlbook_tools.grading import submission_scores
+
+FIELDS = (
+    "score",
+    "max_score",
+    "extra_credit",
+    "extra_credit_max",
+    "needs_manual_grade",
+    "timestamp",
+)
+
+
+class WideCsvExport(ExportPlugin):
+    """One row per student; a student with no submission gets empty cells for that assignment."""
+
+    def export(self, gradebook) -> None:
+        from nbgrader.api import MissingEntry
+
+        rows, columns = [], ["student_id", "first_name", "last_name", "email"]
+        cells: dict[str, list[str]] = {}
+        for assignment in gradebook.assignments:
+            columns += [f"{assignment.name}:{f}" for f in FIELDS]
+            ids = [c.name for nb in assignment.notebooks for c in nb.grade_cells]
+            cells[assignment.name] = ids
+        for assignment in gradebook.assignments:
+            columns += [f"{assignment.name}:{gid}" for gid in cells[assignment.name]]
+        for student in gradebook.students:
+            row = dict(student_id=student.id, first_name=student.first_name or "",
+                       last_name=student.last_name or "", email=student.email or "")  # fmt: skip
+            for assignment in gradebook.assignments:
+                try:
+                    sub = gradebook.find_submission(assignment.name, student.id)
+                except MissingEntry:
+                    continue
+                scores = submission_scores(sub)
+                a = assignment.name
+                row.update({f"{a}:score": scores["score"], f"{a}:max_score": scores["max_score"],
+                            f"{a}:extra_credit": scores["extra_credit"]["score"],
+                            f"{a}:extra_credit_max": scores["extra_credit"]["max_score"],
+                            f"{a}:needs_manual_grade": bool(sub.needs_manual_grade),
+                            f"{a}:timestamp": sub.timestamp.isoformat() if sub.timestamp else ""})  # fmt: skip
+                for gid, g in scores["grades"].items():
+                    row[f"{a}:{gid}"] = g["score"]
+            rows.append(row)
+        with open(self.to or "grades_wide.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)

@@ -119,7 +119,7 @@ show(
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
 # in log space. Their paper writes it with a gain $K_\beta$,
 #
-# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\,(1 + K_\beta\, e), \qquad K_\beta = 0.1 .$$
+# $$\beta_{\text{next}} = \beta\,\big(1 + K_\beta\, e\big) \quad\text{with}\quad e = \operatorname{clip}(\mathrm{KL}/\kappa - 1,\ \pm 0.2) \text{ and } K_\beta = 0.1 .$$
 #
 # Their released code, lm-human-preferences (`train_policy.py`), sets the gain from the batch
 # instead: $K_\beta = n/h$, with $n$ the episodes (samples) in the update and a horizon of

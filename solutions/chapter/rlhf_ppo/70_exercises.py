@@ -284,12 +284,13 @@ show(
 # * **With `ptx_coef = 2`** it ends within 10 % of its start on every seed, and recorded at the start of
 #   each step it leaves that band at only a handful of the 150 seed-steps. The reward still rises on
 #   every seed: the mean over the last five steps is above the first step's.
-# * **`ptx_coef = 1`** sits in between and shows the trade-off: more reward than `ptx_coef = 2` on average
-#   (less than plain PPO), but a looser hold, outside the ±10 % band at ten times as many seed-steps or
-#   more.
+# * **`ptx_coef = 1`** sits in between and shows the trade-off: more reward than `ptx_coef = 2` on average,
+#   but a looser hold, outside the ±10 % band at ten times as many seed-steps or more. Against plain PPO
+#   its reward is within the seed-to-seed spread: which of the two comes out ahead changed from one CPU
+#   to another.
 #
-# So the SFT term keeps the supervised behaviour while the reward still climbs, and it costs reward: the
-# tighter the hold, the slower the climb. The 10 % claim is about where the run ends and, for
+# So the SFT term keeps the supervised behaviour while the reward still climbs, and a tight hold costs
+# reward: with `ptx_coef = 2` the climb is slower than without the term or with `ptx_coef = 1`. The 10 % claim is about where the run ends and, for
 # `ptx_coef = 2`, almost every step on the way; it is not a guarantee for every step of every seed.
 
 # %% [markdown]

@@ -231,18 +231,19 @@ show(
     "to r = 0.8 and is flat below it. On the other side of 1 it stays on the unclipped dashed line r*A.",
 )
 
-
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "831767942ace1ff5a4ea05c5338b3511", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b55f1fa495212661bcb183eb6de6e812", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **What the clip is not.** Descriptions often call it a trust region. It is weaker than that:
 # the clip removes the *incentive* to push a token further, not the possibility. Other tokens'
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
 # sampling policy and the current one, and stop the epochs early when it passes a threshold;
-# `ppo_update` below does both. Two estimators of that KL are in use (Schulman, 2020). This chapter
-# and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL and
-# lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. Both agree to
-# second order in $\log r_t$, so they are close while the ratios stay near 1, but they are not the
-# same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
+# `ppo_update` below does both. Schulman (2020) gives three single-sample estimators of that KL,
+# and all three are in use. The plain $k_1 = \mathbb{E}_t[-\log r_t]$ is unbiased but can come out
+# negative on a batch (OpenRLHF logs it as `ppo_kl`, and the legacy TRL trainer's early stop tests
+# it). This chapter and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL
+# and lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. $k_2$ and
+# $k_3$ agree to second order in $\log r_t$, so they are close while the ratios stay near 1, but
+# they are not the same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
 # tokens whose ratio has left the band, is the diagnostic to watch. Two definitions circulate: "the
 # ratio is outside the band" (used here and in CleanRL) and "the clipped term is the active one",
 # i.e. the ratio moved $\epsilon$ in the advantage's direction (TRL's and OpenRLHF's `clipfrac`).
@@ -258,8 +259,11 @@ show(
 # $\lambda$ trades bias (small $\lambda$ leans on the critic) against variance (large $\lambda$ leans
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
 # $A_t = \sum_{l\ge0} R_{t+l} - V(s_t)$: advantage plus value is the Monte-Carlo reward-to-go.
-# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response) and
-# $\lambda \approx 0.95$ (Schulman et al., 2016). The critic regresses on the returns
+# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response). The
+# $\lambda = 0.95$ used here is the default that lm-human-preferences and TRL ship, a convention
+# rather than a result: the GAE paper (Schulman et al., 2016) found its best runs with $\lambda$
+# anywhere from 0.92 to 0.98 on its control tasks, and OpenRLHF defaults to $\lambda = 1$ (§5
+# tabulates the defaults). The critic regresses on the returns
 # $G_t = A_t + V(s_t)$ with a clipped loss that keeps the new value within $\epsilon_v$ of the value
 # recorded at rollout time:
 #
@@ -270,9 +274,13 @@ show(
 # one number for both, $\epsilon_v = \epsilon = 0.2$: `ppo_update` passes its `clip_eps` to
 # `value_loss`.
 #
-# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
-# $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps
-# the distribution from collapsing). Every average runs over **response tokens only**.
+# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, and
+# usually $c_e = 0$ for language models (the KL to the reference already keeps the distribution
+# from collapsing). This chapter's $c_v = 0.5$ is CleanRL's default for control tasks; the language
+# model codebases weight the critic less, $c_v = 0.1$ in lm-human-preferences, in TRL and in the
+# N+ reproduction of Huang et al. (2024), and OpenRLHF gives the critic its own optimiser, so it has
+# no $c_v$ at all. Every average runs over **response tokens only**, and each token counts once in
+# the batch's mean: a choice, not a law (§5 compares it with a per-sequence mean).
 #
 # Advantages are *whitened* over the batch's response tokens, $A \leftarrow (A - \bar A)/\mathrm{sd}(A)$.
 # Subtracting a constant does not bias an on-policy gradient, and dividing by a constant only
@@ -283,18 +291,32 @@ show(
 #
 # A fixed $\beta$ gives a KL that depends on the reward model's scale and the stage of training.
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
-# in log space:
+# in log space. Their paper writes it with a gain $K_\beta$,
 #
-# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
+# $$\beta_{\text{next}} = \beta\,\big(1 + K_\beta\, e\big) \quad\text{with}\quad e = \operatorname{clip}(\mathrm{KL}/\kappa - 1,\ \pm 0.2) \text{ and } K_\beta = 0.1 .$$
 #
-# where $n$ is the number of samples in the update and the horizon $h$ is counted in samples
-# (lm-human-preferences and TRL use $h = 10^4$). The popular simplified form $\beta \leftarrow
-# \beta(1 + e/h)$ with $h$ counted in *updates* is the special case $n = 1$; our
-# `AdaptiveKLController.update(kl, n_steps=1)` covers both. Which KL? Here, and in the original
-# code, it is the per-sequence KL estimate: sum the log-ratios over a response's tokens, then
+# Their released code, lm-human-preferences (`train_policy.py`), sets the gain from the batch
+# instead: $K_\beta = n/h$, with $n$ the episodes (samples) in the update and a horizon of
+# $h = 10^4$ episodes, so the gain grows with the batch (the cell below computes it). The
+# simplified form $\beta \leftarrow \beta(1 + e/h)$ with $h$ counted in *updates* is the case
+# $n = 1$; our `AdaptiveKLController.update(kl, n_steps=1)` covers all three. Which KL? Here, and
+# in the original code, the per-sequence estimate: sum the log-ratios over a response's tokens, then
 # average over the samples of the batch. (OpenRLHF averages per token instead, which changes what
 # a target like "6" means by a factor of the response length.) Each update moves $\beta$ by at
-# most $\pm 20\,\% \cdot n/h$.
+# most $\pm 20\,\%$ times the gain.
+#
+# The controller is this chapter's teaching device, and you will implement it. Most current stacks
+# leave it off and keep $\beta$ fixed: TRL's PPO trainer has no target at all (`kl_coef` 0.05), and
+# OpenRLHF starts from `init_coef` 0.01 and adapts only when a target is passed (and a comment in
+# its v0.11.0 trainer calls the adaptive controller incompatible with its training step). §5
+# lists these defaults.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "97157ae33f4858b5c47ed76e39c9566a", "grade": false, "grade_id": "20_math-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+paper_gain, lmhp_horizon = 0.1, 10_000  # Ziegler et al. (2019); lm-human-preferences, in episodes
+for n in (64, 512):
+    print(f"{n:>4} episodes per update: lm-human-preferences' gain n/h = {n / lmhp_horizon:.4f} "
+          f"(the paper's K_beta = {paper_gain}); largest step of beta: {100 * 0.2 * n / lmhp_horizon:.2f} %")  # fmt: skip
+
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f38cdde49cad29192956956785d33e43", "grade": false, "grade_id": "30_implementation-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3. Implementation
@@ -667,7 +689,7 @@ print("✓ AdaptiveKLController.update")
 # term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
 # (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3bd5c268bf292342e245560c07308178", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "64abfcd505caea927e2d8a96a91852d2", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -755,6 +777,10 @@ class PPOConfig:
     """Clip the global gradient norm of policy + critic to this."""
     approx_kl_stop: float | None = None
     """Skip the remaining epochs of an update once E[r - 1 - log r] exceeds this; None: never."""
+    behaviour_clip: tuple[float, float] | None = None
+    """Decoupled PPO for stale samples: clip around the policy as it is when the update starts (the
+    proximal policy) and weight each token by pi_prox / pi_sampler clamped to this range; None:
+    clip around ``logp_old``, the sampler's log-probs."""
 
 
 @dataclass
@@ -786,7 +812,8 @@ def ppo_update(
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
-    the approx-KL early stop fired).
+    the approx-KL early stop fired). With ``cfg.behaviour_clip`` the ratio, its clip fraction and
+    the approx-KL are measured against the proximal policy (the policy when the update starts).
     """
     reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
@@ -800,10 +827,16 @@ def ppo_update(
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
     history: list[EpochStats] = []
+    logp_anchor, weighted = roll["logp_old"], advantages  # what the clip is centred on; A or w * A
     for epoch in range(cfg.ppo_epochs):
         logits = policy(roll["tokens"])  # (B, T, V)
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
-        log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
+        if epoch == 0 and cfg.behaviour_clip is not None:  # decoupled: the policy now is pi_prox
+            logp_anchor = logp_new.detach()  # (B, T-1)
+            behaviour = torch.exp(logp_anchor - roll["logp_old"]).clamp(*cfg.behaviour_clip)
+            # w * min(rA, clip(r) A) = min(r wA, clip(r) wA) because w > 0
+            weighted = advantages * behaviour  # (B, T-1)
+        log_ratio = (logp_new - logp_anchor).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if (
             epoch == 0
@@ -815,9 +848,7 @@ def ppo_update(
             )
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(
-            logp_new, roll["logp_old"], advantages, m, cfg.clip_eps
-        )
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, logp_anchor, weighted, m, cfg.clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
@@ -1182,15 +1213,20 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "57a4c92db2254760b9e2db4e3ce542f9", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2c669cb4ca1fe40fb96cc164f34da96", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
 #
-# On the toy, §3's loop takes a few seconds (its cell prints the time; about 0.1 s per step). At production scale the same loop is limited by two
-# budgets that the algorithm description hides: **memory**, because one PPO step keeps four
-# networks resident, and **wall-clock**, because every step starts by sampling fresh responses one
-# token at a time. This section prices both, measures the split on the toy (with your own
-# `ppo_update`), and then lists the failure modes you will meet and how to tell them apart.
-#
+# On the toy, §3's loop takes a few seconds; the cell below divides the time its run printed by its
+# number of steps. At production scale the same loop is limited by two budgets that the algorithm
+# description hides: **memory**, because one PPO step keeps four networks resident, and
+# **wall-clock**, because every step starts by sampling fresh responses one token at a time. This
+# section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
+# the failure modes you will meet and how to tell them apart.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ddaff38f98317db2f7df5ca37c9e6006", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+print(f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine")
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "39b2521f05d11020220bcb51041fe198", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.1 Memory: four models, two of them trained
 #
 # Count static state per parameter, before activations and KV cache. A model trained with
@@ -1214,7 +1250,7 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "526dfc9fcc9d358c2dc0ae001591fdbc", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5e4fb2d9f27fd5f956879c2054b38321", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import (
@@ -1230,11 +1266,11 @@ toy_rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
 print(f"toy policy: {n_policy:,} parameters, critic: {n_critic:,} parameters")
 display(Markdown(format_memory_table(toy_rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a07091e6affc5f335beaa87ad86a7b5f", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e525df53b6608cea018ffc84cb1bd885", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "74578ea445483039a2a617d82def51a7", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "662e4284aa67a0bcf61cee30557d8bf4", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -1244,11 +1280,12 @@ print(
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "29957bb4b677e4ac9c6e4ab3e55bfbdd", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d09074b50b7d1e2c57ac6ce90a0fafb0", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
-# - **Shard it.** ZeRO stage 3 (DeepSpeed) or FSDP (PyTorch) partitions weights, gradients and
+# - **Shard it.** ZeRO stage 3 (DeepSpeed; Rajbhandari et al., 2020, arXiv:1910.02054) or FSDP
+#   (PyTorch) partitions weights, gradients and
 #   optimiser state of each trained model across the $N$ data-parallel ranks and gathers a layer's
 #   weights just before it runs, so static memory per GPU is about $36P/N$ bytes: 252 GB over 8
 #   GPUs is about 32 GB each. The frozen pair can be sharded the same way, offloaded to CPU between
@@ -1258,13 +1295,13 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
 # - **Drop the critic.** GRPO replaces $V(s_t)$ with the mean reward of a group of samples for the
-#   same prompt; with a rule-based verifier instead of a reward model only the policy (16) and the
+#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier instead of a reward model only the policy (16) and the
 #   reference (2) remain.
 #
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6103bf1188c5b26efce331f18f6937c0", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a6fd9379f4eded9344fadcd6a74ccc64", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -1277,7 +1314,7 @@ variants = {
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "6adb04caf05fc545208b85bee50efa48", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dbcb716a91d274f358268f180f3cf697", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.2 Time: where the seconds of a step go
 #
 # A PPO step has four phases. This section times them with one definition, the `StepClock` of
@@ -1307,7 +1344,7 @@ for name, bytes_per_param in variants.items():
 # split on the toy, builds a model that predicts it from two measured properties of this machine,
 # checks the prediction against the measurement, and then asks the same model about a 7B policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd1bf2a5843462a70560b5565338fed5", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7021bfbae34072484706a89ccf102dc1", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16, HBM3 [H100]
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
 floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
@@ -1316,13 +1353,13 @@ print(f"decode does about B FLOPs per weight byte read: memory-bound for B < {ri
 print(f"7B, one GPU: each decode step takes >= {floor_ms:.1f} ms just to stream the weights,")
 print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequential steps")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "526bab0b6fc1c5e9cba6353536263c11", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9ebf7d8a50005b4d4dd9ac666260ef30", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now measure the toy. `time_ppo_step` runs one step on copies of your trained `policy` and `critic`
 # (a fresh optimiser each time, so nothing in the notebook changes) and reports the median of each
 # phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
 # reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d45ab7f2140b61581b5107e9ba3c1466", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a7a591c7ac44cb94abaef6c4af38e12e", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 from functools import partial
 
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
@@ -1334,7 +1371,7 @@ n_resp = split["response_tokens"]
 print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c48492cac9883e73b7a725a17e6b2cd", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ab45c9891d4d493bc8140e4a19b358f8", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # At eight tokens the update dominates. Before changing the response length, fix the sampler.
 #
 # **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
@@ -1347,7 +1384,7 @@ print(format_time_split(split))
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0ed7040684f67dbdaf600b5b8bb451eb", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
@@ -1357,14 +1394,15 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04fc06d40b23a02ce59345cf7c2df35e", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b37f5b151250e6640be50fbd4897aaf0", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
-# for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
-# quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
+# for. One untimed pass first pays the one-off costs (allocations, first calls), then each length
+# and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
+# on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5cd92977d325f49de1287209ffa8dcff", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -1372,14 +1410,15 @@ sweep_cfg = ToyLMConfig(max_len=72)
 sw_models = build_models(seed=0, batch=32, cfg=sweep_cfg)  # policy, ref, critic, prompts, gen
 sw_prompts = sw_models.prompts
 lengths = (8, 32, 64)
-rows = sweep_time_split(*sw_models[:4], lengths, repeats=1, warmup=0, **step_fns)
+sweep_time_split(*sw_models[:4], lengths[:1], repeats=1, warmup=0, **step_fns)  # warm-up, discarded
+rows = sweep_time_split(*sw_models[:4], lengths, repeats=3, warmup=0, **step_fns)  # medians of 3
 print(format_sweep(rows))
 gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
 for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fe28eb47c2784d26ad7a8fe00f179bc", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ff90e6425fc2f4325c8ffaf67c531930", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -1396,7 +1435,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5ad2908826e22ed6b45b3cff2b24c25", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8871d9dc39547553596f56bd0793d245", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 import io
 
 from IPython.display import Image
@@ -1456,15 +1495,16 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d35da288a87a614f9513ac73e9ffb651", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "095a1d16076b8bc244643438f0d2bf51", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
 #   the response length and soon rivals the update; with it each step costs about the same and
-#   generation grows linearly. At 8 tokens the two samplers barely differ; from 32 tokens on the
-#   cached one's share is clearly lower. The model predicts a speed-up that grows with the length
-#   (the cell prints it); the measured one, from single repeats on a shared machine, follows it
-#   up to noise.
+#   generation grows linearly. How much the cache saves depends on the length: at 8 tokens a
+#   naive step re-reads a prefix of at most a dozen positions, so there is little to save, and the
+#   saving grows with every token added. The model predicts a speed-up that grows with the length
+#   (the cell prints it); the measured speed-ups, medians of three on whatever this machine is
+#   doing, are printed above for you to set beside it.
 # - **The model predicts the split, not the clock.** Its shares land close to the measured ones
 #   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
 #   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
@@ -1484,7 +1524,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5476267b7ec416877ba92ad95af3f3b4", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9653fdf24664fa408892834b941c09cf", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
@@ -1513,7 +1553,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "110250ecefa15d9e5082400b620efb0b", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "eddf69cccf57edb6758f3d037f256bc4", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -1526,8 +1566,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #   multiplies generation's time, not the update's, and is exactly what inference engines fix.
 # - **The decode batch is smaller than it looks.** The policy's training state, the other models
 #   and the activations compete for the same memory, so the KV cache and with it $B$ shrink; the
-#   table shows generation's share rising as $B$ falls. With ZeRO-3 the weights must also be
-#   gathered before decoding (Llama 2's report names this).
+#   table shows generation's share rising as $B$ falls. With fully sharded training (ZeRO-3, or
+#   FSDP, the one Llama 2's report names) the weights must also be gathered before decoding.
 # - **Lengths vary.** A static batch runs until its longest response ends, so the model's uniform
 #   512 tokens understate generation; long reasoning traces make it worse.
 # - **The figure comes without its setting.** OpenRLHF states the share without the model size,
@@ -1544,17 +1584,31 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
-# Production stacks therefore move rollouts to an inference engine (vLLM, SGLang: paged KV cache,
-# continuous batching), copy the new weights into it after every update, and often overlap
-# generation for step $k+1$ with training on step $k$. That overlap makes the data one update stale,
-# which PPO's ratio can absorb **only if** $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that actually sampled (§3's `sampler=` argument). A second, subtler gap: even with
-# identical weights, an inference engine's kernels do not reproduce the trainer's numbers exactly.
-# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer *using the weights that sampled*
-# (in synchronous training the first epoch then starts at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
-# truncated importance weight (OpenRLHF's `enable_vllm_is_correction`). Llama 2's report describes
-# the other half of the problem: with FSDP, sampling was very slow until the full weights were
-# gathered onto each node once before generation and freed afterwards.
+# Production stacks therefore move rollouts to an inference engine (vLLM, whose PagedAttention
+# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously), copy the new weights into it after every update, and often overlap
+# generation for step $k+1$ with training on step $k$ (Noukhovitch et al., 2024, arXiv:2410.18252,
+# study this asynchronous RLHF). That overlap makes the data one update stale. PPO's "old policy"
+# does two jobs, and stale data can be handled in two ways that differ in which job each copy does:
+#
+# 1. **One old policy.** Record $\log\pi_{\text{old}}$ under the weights that actually sampled (§3's
+#    `sampler=` argument). The ratio $\pi_\theta/\pi_{\text{old}}$ then both corrects for the lag and
+#    anchors the clip, so the lag already uses up part of the band before the first step.
+# 2. **Decoupled.** Recompute the log-probs with the policy as it is when the update starts, the
+#    *proximal* policy, and clip around those; multiply each token's term by a separate behaviour
+#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, truncated to a range, which carries the correction
+#    (Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the step this
+#    update takes. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
+#    exercise 5 measures both designs on the toy.
+#
+# What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
+# quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
+# remains even in synchronous training: at the same weights an inference engine's kernels do not
+# reproduce the trainer's numbers exactly. OpenRLHF (v0.11.0) recomputes $\log\pi_{\text{old}}$ in the
+# trainer and, with `--algo.advantage.is_correction_enable`, applies the decoupled weight between
+# the trainer's and the engine's log-probs, truncated to $[0.5, 5]$ by default, in the policy loss of
+# `openrlhf/models/loss.py`; the same code serves its asynchronous mode. Llama 2's report describes
+# one more cost of sampling inside the trainer: with FSDP, sampling was very slow until the full
+# weights were gathered onto each node once before generation and freed afterwards.
 #
 # ### 4.3 Failure modes: symptom, cause, fix
 #
@@ -1565,12 +1619,12 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # |---|---|---|---|
 # | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; length penalty or length-controlled RM |
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
-# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which Huang et al. (2024) found hurt |
+# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
 # | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
-# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
-# | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
+# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, and *no behaviour weight* to carry the correction | Is there a $\pi_{\text{prox}}/\pi_{\text{behav}}$ factor in the loss? Compare the recomputed log-probs with those recorded at sampling; their gap is the missing weight (exercise 5 prints it) | Either record $\log\pi_{\text{old}}$ under the weights that sampled, or keep the recomputation and add the truncated behaviour weight (decoupled PPO, §4.2); cap staleness either way |
+# | KL to the reference persistently and clearly negative (a small negative batch mean is noise: only the expectation of $k_1$ is $\ge 0$) | Impure sampling: top-$k$/top-$p$, a suppressed EOS or other logit processors, a temperature used in one place only, or greedy decoding (DeepSpeed-Chat decodes greedily for Llama models) make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones; does the mean stay below zero for many steps, beyond its batch-to-batch spread? | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
 # | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max\vert\log\pi_\theta - \log\pi_{\text{old}}\vert$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
 # | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position that the masks then zero out, instead of the last response token (TRL's deliberate slot after EOS is another matter, see §5) | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |
@@ -1593,7 +1647,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "097457054fb04ca5345bd7a585fbe9b5", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "981c9d4d24e7d0bed100649aafc43b2a", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -1661,11 +1715,11 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
 # | Where the score lands | last response token (legacy trainer); from 0.12 the slot after EOS, which stays in the value loss | last position of the action mask; score clipped to $\pm 10$ | column $-1$ of the fixed-length response, also when it was truncated before that | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
-# | Tokens after the stop token | masked out of every loss | masked | kept: truncation turns them into padding and no mask removes them from the losses | masked |
+# | Tokens after the stop token | masked out of every loss | masked | kept: sampling runs to the fixed length past the stop token, and only the reward model's copy is truncated; log-probs, KL fee, GAE and both losses see the raw tokens | masked |
 # | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch, over every column (no mask), biased variance | masked, global across ranks, population variance |
-# | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |
-# | Value loss | clipped at 0.2 around $V_{\text{old}}$ | clipped at 0.5 | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 |
-# | Adaptive KL controller | legacy: $\beta_0 = 0.2$, target 6, horizon 10,000 **samples** | same class when a target is set | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes | horizon in **updates** |
+# | Reward whitening | optional, off | none | on (Huang et al.: lower preference rates and shorter completions, see below) | none |
+# | Value loss | clipped at 0.2 around $V_{\text{old}}$, `vf_coef` 0.1 | clipped at 0.5, own optimiser | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 (CleanRL's) |
+# | Adaptive KL controller | legacy (up to 0.11): $\beta_0 = 0.2$, target 6, horizon 10,000 **samples**; from 0.12 none, fixed `kl_coef` | same class when a target is set; fixed by default | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes (launch configs) | horizon in **updates** |
 #
 # **Controller units.** The original controller is
 # $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
@@ -1675,6 +1729,12 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
+#
+# **Reward whitening, read closely.** lm-human-preferences whitens the rewards of every batch (scale
+# only, the mean is kept). Huang et al. (2024) found that runs with it won fewer preference
+# comparisons *and* wrote shorter completions; once the comparison controls for length, the two
+# settings come out about the same. So "whitening hurt" is mostly "whitening made the summaries
+# shorter", the same length-reward entanglement that §3.6 shows in miniature.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b01934661e3c529ef8e80c8b00c0973f", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
@@ -1707,13 +1767,15 @@ print(
     f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3cfb63f63b8ff2f638c3f8ce30531ec1", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2a3bdd43d3c7eb678176de460d42b740", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
 #   it) the plain log-ratio $k_1$ is an unbiased per-sample estimate of the KL, negative values
-#   included. Used as a *loss*, as GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
-#   $\rho = \pi_{\text{ref}}/\pi_\theta$, its value is unbiased and non-negative but its gradient is not the gradient of the KL.
+#   included; GAE then turns it into the score-function gradient of the KL. Used as a *loss*, as
+#   GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
+#   $\rho = \pi_{\text{ref}}/\pi_\theta$, an estimator's value being unbiased says nothing about its
+#   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
 #   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
@@ -1727,6 +1789,57 @@ print(
 #   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
 #   chapter's run.
 #
+# **KL as a loss: the value is not the gradient.** Tang and Munos (2025) point out that
+# differentiating a sampled KL estimate, with the samples held fixed as autograd does, does not give
+# the gradient of the KL. On a single categorical distribution everything can be summed exactly, so
+# the cell below takes $\pi_\theta = \mathrm{softmax}(\theta)$ over six tokens and a fixed reference,
+# and computes the *expected* gradient of three per-sample losses: $k_1$ and $k_3$ as losses, and
+# $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
+# It compares them with the exact gradients of the two KL directions.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8ae4c5591b544443784e3da0f9c9e44d", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+g6 = torch.Generator().manual_seed(0)
+theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
+logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
+
+
+def expected_grad(per_sample):
+    """sum_x pi(x) * grad per_sample(x): the mean gradient over samples x ~ pi, each held fixed."""
+    logp = torch.log_softmax(theta, dim=0)  # (6,)
+    return torch.autograd.grad((logp.exp().detach() * per_sample(logp)).sum(), theta)[0]
+
+
+def exact_grad(kl):
+    return torch.autograd.grad(kl(torch.log_softmax(theta, dim=0)), theta)[0]
+
+
+reverse_kl = exact_grad(lambda lp: (lp.exp() * (lp - logp_ref6)).sum())  # KL(pi || ref), the objective
+forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
+grads = {
+    "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
+    "k3 as a loss": expected_grad(lambda lp: (logp_ref6 - lp).exp() - 1 - (logp_ref6 - lp)),
+    "k1 as a reward": expected_grad(lambda lp: (lp - logp_ref6).detach() * lp),
+}
+print("gradient of KL(pi || ref):", [round(g, 4) + 0.0 for g in reverse_kl.tolist()])
+for name, g in grads.items():
+    print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
+          f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
+assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
+assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(grads["k1 as a reward"], reverse_kl)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4f01cab7454020fc303a78321501091b", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Three different answers. $k_1$ used as a loss has zero expected gradient, because
+# $\mathbb E_\pi[\nabla\log\pi] = 0$: it regularises nothing. $k_3$ used as a loss has gradient
+# $(1 - \pi_{\text{ref}}/\pi_\theta)\nabla\log\pi_\theta$, whose expectation is the gradient of the
+# *other* direction, $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$: a sensible regulariser, but not the
+# reverse KL the objective of §2.1 names, and the two part ways as the policy moves away from the
+# reference. Only $k_1$ in the reward, weighting $\nabla\log\pi_\theta$ like any other reward, gives
+# the gradient of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, which is why this chapter (like
+# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there. Over a sequence there is a
+# second catch that a single distribution cannot show: a per-token KL loss ignores how the current
+# token changes the distribution of the later ones, so it is a partial gradient at best (Tang and
+# Munos, 2025).
+#
 # **The score one slot after EOS.** TRL's PPO trainer from version 0.12 adds the score at the
 # position *after* the stop token on purpose, and keeps that position in the critic's loss (not in
 # the policy's). That is a design choice, not the off-by-one of §4.3, where the score lands on a
@@ -1737,7 +1850,7 @@ print(
 # critic has learned to predict the score at the slot, which is what keeping the slot in the value
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e4b7965d77425c1ed603935e0ea6c47b", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bc86e156ca713b7909d145bc044b5547", "grade": false, "grade_id": "50_production-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 R_kl = torch.tensor(
     [[0.02, -0.01, 0.03, 0.0]]
 )  # KL terms of a 3-token response; column 3 is the slot after EOS
@@ -1756,7 +1869,73 @@ print("difference:", [round(x, 4) + 0.0 for x in gap.tolist()], " (1 - lam)(V_sl
       [round(x, 4) + 0.0 for x in predicted])  # fmt: skip
 assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4a5f6475cbe79be0af74aceed2742c20", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97844be49de79fd31926836899c559af", "grade": false, "grade_id": "50_production-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **The defaults you will meet.** Reading a paper's or a colleague's settings, you need to know what
+# they left at the library's default. The cell below lists those defaults for two maintained stacks,
+# read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
+# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0f289d33bb3c17f1f5cc0970a7ece728", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
+    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
+    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),
+    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "0.95"),
+    "gamma": ("1.0", "1", "1.0"),
+    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2"),
+    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.2"),
+    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "[-5, 5]"),
+    "KL estimator in the reward": ("k1 (`kl_estimator`; k3 optional)", "k1 (`--algo.kl.estimator`; k2, k3)", "k1"),
+}  # fmt: skip
+c = CHAPTER_RUN
+chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
+           f"{c.clip_eps}", f"{c.clip_eps} (the policy's)", "none", "k1"]  # fmt: skip
+rows = ["| setting | TRL 1.12.0 (`trl.experimental.ppo.PPOConfig`) | OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) "
+        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |", "|---|---|---|---|---|"]  # fmt: skip
+for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+    rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
+display(Markdown("\n".join(rows)))
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8a65cb7ad60b2bd4fe8d93f66a03ff6f", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
+# result reported "with default settings" says little until you know which library. $\beta$ differs
+# by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
+# does (§2.4). And the language-model stacks weight the critic less than the control-task default
+# this chapter borrowed from CleanRL, or give it a separate optimiser altogether (§2.3).
+#
+# **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
+# response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
+# is one flag in current stacks; none is used by the toy.
+#
+# - *Clip-higher.* Give the ratio band different edges, $[1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}}]$
+#   with $\epsilon_{\text{high}} > \epsilon_{\text{low}}$ (0.28 against 0.2 in DAPO, Yu et al., 2025,
+#   arXiv:2503.14476), so unlikely tokens with a positive advantage can grow further and the entropy
+#   does not collapse; OpenRLHF exposes it as `--actor.eps_clip_low_high`.
+# - *Dual clip.* For $A < 0$ the unclipped side of the surrogate is unbounded as $r \to \infty$; dual-clip
+#   PPO (Ye et al., 2020, arXiv:1912.09729) caps that loss at $c \cdot |A|$ for a constant $c > 1$
+#   (OpenRLHF's `--actor.dual_clip`).
+# - *Token- or sequence-level aggregation.* This chapter averages the loss over all response tokens
+#   of the batch, so every token weighs the same and a long response counts more than a short one.
+#   GRPO as first published averages within each response and then over responses, which gives each
+#   token of a long response *less* weight; DAPO argues for the token mean on long chains of thought,
+#   and Liu et al. (2025, arXiv:2503.20783, "Dr. GRPO") show that the per-response mean, like GRPO's
+#   division by the group's reward standard deviation, biases which responses the update favours.
+#   OpenRLHF switches between the two with its policy loss's `token_level_loss`.
+# - *Overlong and length penalties.* A response cut at the maximum length has no real ending to score;
+#   DAPO masks such samples out of the loss or ramps a penalty over a buffer before the limit
+#   (OpenRLHF: `--reward.overlong_buffer_len`, `--reward.overlong_penalty_factor`,
+#   `--reward.stop_properly_penalty_coef`), the long-response cousin of LMHP's $-1$ for a missing
+#   stop token.
+# - *Value pretraining and a decoupled $\lambda$.* Yuan et al. (2025, arXiv:2503.01491) trace PPO's
+#   collapse on long chains of thought to the critic: a value model initialised from the reward
+#   model is biased at the start, and with $\lambda < 1$ the end-of-response reward decays before it
+#   reaches early tokens. Their fix pretrains the critic on samples of the frozen initial policy, and
+#   uses $\lambda = 1$ for the critic's targets while the policy's advantages keep a smaller $\lambda$.
+#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form.
+# - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
+#   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
+#   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
+#   parameter).
+#
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
 # - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
@@ -1775,10 +1954,13 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 #   minibatch whose mean ratio exceeds it, skipping the step rather than letting one outlier batch
 #   cause a loss spike.
 #
-# Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
-# so pin the version you build on.
+# Library churn is real. TRL's rewritten PPO trainer left the top-level package for
+# `trl.experimental.ppo` in the 1.x series (`trl.experimental.ppo.PPOTrainer`, still there in TRL
+# 1.12.0), and the experimental module is gone from TRL 1.16.0; OpenRLHF renamed its command-line
+# flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
+# the version you build on, and read its defaults from the code rather than from a blog post.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "394cc06151b775dcae11094eb51a100f", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dffc6f2512d6f6040965dfcfc2bd5bbc", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -1804,14 +1986,18 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 #
 # The alternative, a KL term in the loss (as GRPO does), needs an estimator whose *gradient* is
 # right, which is a different requirement from an unbiased *value*: $k_3$ has the second but not the
-# first.
+# first. Differentiated as a loss, its expected gradient is that of $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$,
+# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual
-# tokens that the reference likes more than the policy earn a small refund. What *is* a bug is a
-# negative **average**: it means the samples did not come from the distribution you scored
-# (top-$k$/top-$p$, a suppressed EOS, a temperature applied in one place only), so the estimator's
-# premise fails. Clamping or squaring the per-token term to "fix" negatives biases the estimate.
+# tokens that the reference likes more than the policy earn a small refund. Even a batch *average*
+# can dip below zero: only the expectation of $k_1$ is guaranteed non-negative, and when the true KL
+# is small a batch mean of a few hundredths below zero is sampling noise (the legacy TRL trainer only
+# warns below $-1$ nat). What deserves a search is a KL that stays clearly negative step after step:
+# the samples did not come from the distribution you scored (top-$k$/top-$p$, a suppressed EOS, a
+# temperature applied in one place only, greedy decoding), so the estimator's premise fails.
+# Clamping or squaring the per-token term to "fix" negatives biases the estimate.
 #
 # </details>
 #
@@ -1884,11 +2070,14 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 # The mitigations: an inference engine for rollouts (paged KV cache, continuous batching, sometimes
 # quantised weights); weight synchronisation from trainer to engine after each update; and
 # pipelining, generating step $k+1$ while training on step $k$. Pipelining makes the data one
-# update stale, which the ratio corrects only if $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that sampled. Engines and trainers also disagree numerically at the same weights, so most
-# stacks recompute $\log\pi_{\text{old}}$ in the trainer *with the weights that sampled* (in synchronous training the
-# ratio is then exactly 1 at the start) and treat the residual
-# engine/trainer gap with a separate truncated importance weight.
+# update stale, and there are two correct answers. Either $\log\pi_{\text{old}}$ is the log-probability
+# under the weights that sampled, so one ratio both corrects and clips; or the update is
+# *decoupled*: clip around log-probs recomputed with the policy at the start of the update (the
+# proximal policy) and carry the correction in a separate, truncated weight
+# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022). The wrong answer is recomputing without
+# the weight. Engines and trainers also disagree numerically at the same weights, which is why a
+# stack like OpenRLHF recomputes in the trainer and applies exactly such a truncated weight between
+# the engine's log-probs and its own.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
 # thousands of tokens per response, a few hundred concurrent sequences already fill the memory the
@@ -1985,7 +2174,7 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 #
 # </details>
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97a038e1f17882cecbef0f135d99d1f7", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ae45effd95c7bbb765a6e3a0ccb04058", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
@@ -1996,8 +2185,10 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6)
 # Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
 # from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
 # you met in §3 through `PPOConfig` and their arguments (`sampler=`, `extra_loss=`, `evaluate=`). The
-# two training sweeps (5 seeds, two or three arms each, a couple of minutes of CPU) are read from a cache
-# that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
+# two training sweeps (5 seeds, three or four arms each, a couple of minutes of CPU) are read from a cache
+# that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live. Training
+# is chaotic, so a refresh on another CPU moves the digits (a different float32 kernel is enough); the
+# answers below therefore quote only what held on every refresh we ran, and the cells print the rest.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02d01518f06fed43685fd5753a1384f7", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import matplotlib.pyplot as plt
@@ -2118,12 +2309,14 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2549b3b172c457e1f0afe1604cb1c557", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Exercise 4 ★★★: PPO-ptx
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fa401f6b8a5565daa688b99ed70c321", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 4 ★★★: an SFT anchor during PPO
 #
 # InstructGPT adds pretraining gradients to the PPO loss ("PPO-ptx") so that the policy does not lose what
-# it could do before RL. On the toy the supervised term is the SFT loss on the demonstrations. Implement
-# it: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving `ptx_coef` times the
+# it could do before RL. The toy has no pretraining corpus, so this exercise builds the same kind of term
+# on the data it does have, the SFT demonstrations. That is a different anchor: PPO-ptx holds the policy
+# to the *pretraining* distribution (§5), this term holds it to the supervised behaviour, closer to mixing
+# SFT batches into RL. The code keeps the name `ptx_coef` for the coefficient's role. Implement it: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving `ptx_coef` times the
 # SFT loss of `policy` on the fixed demonstration batch (`demonstration_batch()`, scored with `sft_loss`),
 # as a scalar tensor that carries gradient. `train_ppo(..., extra_loss=...)` passes
 # it on to `ppo_update`, which adds it to every epoch's loss. Then show with curves, over several seeds,
@@ -2169,7 +2362,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "9752f420f7bdb55a522f7652f44c07a6", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c3eb331c43c779c917be10c8b3bb4e73", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a797a4294b0a1f3d3dba5e7595b94484", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 5 ★★★: asynchronous rollouts
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
@@ -2181,7 +2374,14 @@ raise NotImplementedError("replace this line with your implementation")
 # $\pi_\theta(y_t)/\pi_{\text{sampler}}(y_t)$ of every sampled token, (B, T-1) like `token_log_probs`, equal to
 # 1 off the response. Then (a) show over several seeds that the clip fraction rises when the sampler is one
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
-# policy instead of the sampler, and explain why that is wrong.
+# policy instead of the sampler and nothing else changes, and explain why that is wrong.
+#
+# (c) Recomputing is not wrong in itself: PPO's old policy does two jobs, and they can be separated (§4.2).
+# `PPOConfig(behaviour_clip=(lo, hi))` makes `ppo_update` clip around the policy as it is when the update
+# starts (the *proximal* policy) and multiply each token's term by the behaviour weight
+# $\pi_{\text{prox}}/\pi_{\text{sampler}}$, clamped to $[lo, hi]$. Run it with OpenRLHF's default
+# $[0.5, 5]$ next to the two arms of (a) and next to recomputation without the weight (a clamp to
+# $[1, 1]$), and say what the weight buys on this toy.
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "22d4060f10009b5b32de55977b7075c8", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def importance_ratios(
@@ -2221,7 +2421,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bd54dcfd64986fe53b2375a637a82923", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f27f8f38f3ad529bf7aecf170e10088c", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -2268,14 +2468,46 @@ raise NotImplementedError("replace this line with your implementation")
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). arXiv:2403.17031.
-#   (Reward whitening and the production table, §4.3 and §5.)
+#   (2024). Conference on Language Modeling (COLM). arXiv:2403.17031.
+#   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**
 #
 # - *CleanRL: High-quality Single-file Implementations of Deep Reinforcement Learning Algorithms.*
 #   Huang, S., et al. (2022). JMLR 23(274). github.com/vwxyzjn/cleanrl.
-# - *TRL: Transformer Reinforcement Learning.* von Werra, L., et al. (2020).
-#   github.com/huggingface/trl. (Legacy `PPOTrainer` up to 0.11; the rewritten trainer from 0.12.)
+# - *TRL: Transformers Reinforcement Learning.* von Werra, L., Belkada, Y., Tunstall, L., Beeching, E.,
+#   Thrush, T., Lambert, N., Huang, S., Rasul, K., Gallouédec, Q. (2020). github.com/huggingface/trl
+#   (title and authors as in its `CITATION.cff`). (Legacy `PPOTrainer` up to 0.11; the rewritten
+#   trainer from 0.12, in `trl.experimental.ppo` in the 1.x series up to at least 1.12.0, absent from
+#   1.16.0; the defaults of §5 are read from 1.12.0's `PPOConfig`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
-#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF.
+#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#
+# **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
+#
+# - *Batch Size-Invariance for Policy Optimization.* Hilton, J., Cobbe, K., Schulman, J. (2022).
+#   NeurIPS. arXiv:2110.00641. (Decoupled PPO: proximal and behaviour policies, §4.2 and exercise 5.)
+# - *Asynchronous RLHF: Faster and More Efficient Off-Policy RL for Language Models.* Noukhovitch, M.,
+#   et al. (2024). arXiv:2410.18252. (§4.2.)
+# - *On a Few Pitfalls in KL Divergence Gradient Estimation for RL.* Tang, Y., Munos, R. (2025).
+#   arXiv:2506.09477. (KL estimators used as losses, §5 and §6 Q1.)
+# - *DAPO: An Open-Source LLM Reinforcement Learning System at Scale.* Yu, Q., et al. (2025).
+#   arXiv:2503.14476. (Clip-higher, token-level loss, overlong shaping, no KL term, §5.)
+# - *Mastering Complex Control in MOBA Games with Deep Reinforcement Learning.* Ye, D., et al. (2020).
+#   AAAI. arXiv:1912.09729. (Dual-clip PPO, §5.)
+# - *Understanding R1-Zero-Like Training: A Critical Perspective.* Liu, Z., et al. (2025).
+#   arXiv:2503.20783. (Dr. GRPO: biases of per-response averaging and of the group std, §5.)
+# - *What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret.* Yuan, Y., Yue, Y.,
+#   Zhu, R., Fan, T., Yan, L. (2025). arXiv:2503.01491. (Value pretraining and decoupled GAE, §5.)
+#
+# **Systems** (§4)
+#
+# - *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models.* Rajbhandari, S., Rasley, J.,
+#   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
+# - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
+#   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
+#   greedy decoding for Llama models, §4.3 and §5.)
+# - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
+#   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)

@@ -9,7 +9,9 @@
 # the failure modes you will meet and how to tell them apart.
 
 # %% needs_answers=true
-print(f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine")
+print(
+    f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
+)
 
 # %% [markdown]
 # ### 4.1 Memory: four models, two of them trained

@@ -164,7 +164,9 @@ def exact_grad(kl):
     return torch.autograd.grad(kl(torch.log_softmax(theta, dim=0)), theta)[0]
 
 
-reverse_kl = exact_grad(lambda lp: (lp.exp() * (lp - logp_ref6)).sum())  # KL(pi || ref), the objective
+reverse_kl = exact_grad(
+    lambda lp: (lp.exp() * (lp - logp_ref6)).sum()
+)  # KL(pi || ref), the objective
 forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
 grads = {
     "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
@@ -176,7 +178,9 @@ for name, g in grads.items():
     print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
           f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
 assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
-assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(grads["k1 as a reward"], reverse_kl)
+assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
+    grads["k1 as a reward"], reverse_kl
+)
 
 # %% [markdown]
 # Three different answers. $k_1$ used as a loss has zero expected gradient, because

@@ -411,9 +411,13 @@ for ex5_label, ex5_ratio in (
     )
 ex5_log_gap = float((torch.log(ex5_right) * ex5_roll["mask"]).abs().max())
 print(f"   largest |log pi_policy - log pi_sampler| on a sampled token: {ex5_log_gap:.3f}")
-ex5_w = behaviour_weights(ex5_policy, ex5_roll)  # clamp(pi_prox / pi_sampler): the decoupled form's weight
+ex5_w = behaviour_weights(
+    ex5_policy, ex5_roll
+)  # clamp(pi_prox / pi_sampler): the decoupled form's weight
 ex5_on = ex5_roll["mask"].bool()
-ex5_clamped = float(((ex5_w[ex5_on] <= BEHAVIOUR_CLIP[0]) | (ex5_w[ex5_on] >= BEHAVIOUR_CLIP[1])).float().mean())
+ex5_clamped = float(
+    ((ex5_w[ex5_on] <= BEHAVIOUR_CLIP[0]) | (ex5_w[ex5_on] >= BEHAVIOUR_CLIP[1])).float().mean()
+)
 ex5_same = torch.allclose(ex5_w[ex5_on], ex5_right[ex5_on].clamp(*BEHAVIOUR_CLIP))
 print(
     f"   decoupled: ratio 1 at the first epoch; the behaviour weight is the sampler ratio of the first line, "

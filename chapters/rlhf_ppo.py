@@ -1223,8 +1223,10 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
 # the failure modes you will meet and how to tell them apart.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ddaff38f98317db2f7df5ca37c9e6006", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-print(f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine")
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1828c20024b1bd41f86804758f9f87d6", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+print(
+    f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "39b2521f05d11020220bcb51041fe198", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.1 Memory: four models, two of them trained
@@ -1797,7 +1799,7 @@ print(
 # $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
 # It compares them with the exact gradients of the two KL directions.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8ae4c5591b544443784e3da0f9c9e44d", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9d2e0f93920c298742431f9fad0abbb0", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 g6 = torch.Generator().manual_seed(0)
 theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
 logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
@@ -1813,7 +1815,9 @@ def exact_grad(kl):
     return torch.autograd.grad(kl(torch.log_softmax(theta, dim=0)), theta)[0]
 
 
-reverse_kl = exact_grad(lambda lp: (lp.exp() * (lp - logp_ref6)).sum())  # KL(pi || ref), the objective
+reverse_kl = exact_grad(
+    lambda lp: (lp.exp() * (lp - logp_ref6)).sum()
+)  # KL(pi || ref), the objective
 forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
 grads = {
     "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
@@ -1825,7 +1829,9 @@ for name, g in grads.items():
     print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
           f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
 assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
-assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(grads["k1 as a reward"], reverse_kl)
+assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
+    grads["k1 as a reward"], reverse_kl
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4f01cab7454020fc303a78321501091b", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three different answers. $k_1$ used as a loss has zero expected gradient, because

@@ -147,11 +147,11 @@ display(
 )
 print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "06b775ca3d32d13008094f397433b468", "grade": false, "grade_id": "10_intuition-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3e9ebd168d4e71d58b7190812db1338c", "grade": false, "grade_id": "10_intuition-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the table row by row. The first token is *more* likely under the policy than under the
 # reference, so it pays a fee; the third is *less* likely, so the estimator hands back a small
 # refund. A single-sample estimate of the KL can be negative on individual tokens; only its
-# average over samples drawn from the policy is guaranteed non-negative. The 1.5 shows up only on
+# expectation under the policy is guaranteed non-negative (a finite batch's mean can dip below zero). The 1.5 shows up only on
 # the last token: deciding how much of it tokens 1–3 deserve is the job of the **critic** $V(s_t)$,
 # which predicts the reward still to come from each prefix, and of **GAE**, which turns "what
 # happened minus what was predicted" into a per-token advantage.
@@ -671,7 +671,7 @@ print("✓ AdaptiveKLController.update")
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0d3dbd54b436ddf7fd02821a61f17c33", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e1bef580e47cbb560f52c7a5b66ae5c2", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.5 Rollouts, the update and the training loop (read only)
 #
 # `collect_rollouts` is the four-model forward: the policy samples, then the sampling policy, the
@@ -686,8 +686,9 @@ print("✓ AdaptiveKLController.update")
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
 # `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
 # drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
-# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
-# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
+# term to every epoch's loss (exercise 4's SFT anchor), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix). One
+# field does too: `behaviour_clip` switches the update to the decoupled form for stale samples (§4.2).
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "64abfcd505caea927e2d8a96a91852d2", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -2315,7 +2316,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "2b42d97a85855355f400c253002aac6a", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fa401f6b8a5565daa688b99ed70c321", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "860a05608e65460b8f312d6b668b9d78", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 4 ★★★: an SFT anchor during PPO
 #
 # InstructGPT adds pretraining gradients to the PPO loss ("PPO-ptx") so that the policy does not lose what
@@ -2330,7 +2331,7 @@ raise NotImplementedError("replace this line with your implementation")
 # value, and that without the term it drifts much further.
 #
 # Start the run from a model that already fits the demonstrations (fine-tune the reference on them first,
-# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
+# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the SFT term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "b573682090a5e83b89c67fb35446d142", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -2427,7 +2428,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f27f8f38f3ad529bf7aecf170e10088c", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "aa9226555f7db5bb12a84b35bd7216ca", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -2456,7 +2457,7 @@ raise NotImplementedError("replace this line with your implementation")
 # - *Learning to Summarize from Human Feedback.* Stiennon, N., et al. (2020). NeurIPS.
 #   arXiv:2009.01325.
 # - *Training Language Models to Follow Instructions with Human Feedback.* Ouyang, L., et al. (2022).
-#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5 and exercise 4.)
+#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5; exercise 4 builds a term of the same shape on SFT data.)
 # - *Constitutional AI: Harmlessness from AI Feedback.* Bai, Y., et al. (2022). arXiv:2212.08073.
 #   (§5.)
 # - *Llama 2: Open Foundation and Fine-Tuned Chat Models.* Touvron, H., et al. (2023).

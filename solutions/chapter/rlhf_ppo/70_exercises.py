@@ -208,7 +208,7 @@ for ex3_seed in range(3):
 # value, and that without the term it drifts much further.
 #
 # Start the run from a model that already fits the demonstrations (fine-tune the reference on them first,
-# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
+# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the SFT term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
 # %% stub="mlbook_solutions.exercises:make_ptx_loss" grade_id="ex4_ptx"

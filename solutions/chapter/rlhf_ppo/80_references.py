@@ -27,7 +27,7 @@
 # - *Learning to Summarize from Human Feedback.* Stiennon, N., et al. (2020). NeurIPS.
 #   arXiv:2009.01325.
 # - *Training Language Models to Follow Instructions with Human Feedback.* Ouyang, L., et al. (2022).
-#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5 and exercise 4.)
+#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5; exercise 4 builds a term of the same shape on SFT data.)
 # - *Constitutional AI: Harmlessness from AI Feedback.* Bai, Y., et al. (2022). arXiv:2212.08073.
 #   (§5.)
 # - *Llama 2: Open Foundation and Fine-Tuned Chat Models.* Touvron, H., et al. (2023).

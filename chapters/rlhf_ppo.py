@@ -1650,7 +1650,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "981c9d4d24e7d0bed100649aafc43b2a", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f1f2c8b9d624272909cdfdb8cf85f1eb", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -1724,10 +1724,11 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | Value loss | clipped at 0.2 around $V_{\text{old}}$, `vf_coef` 0.1 | clipped at 0.5, own optimiser | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 (CleanRL's) |
 # | Adaptive KL controller | legacy (up to 0.11): $\beta_0 = 0.2$, target 6, horizon 10,000 **samples**; from 0.12 none, fixed `kl_coef` | same class when a target is set; fixed by default | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes (launch configs) | horizon in **updates** |
 #
-# **Controller units.** The original controller is
+# **Controller units.** The controller in lm-human-preferences' released code (the paper writes a fixed
+# gain $K_\beta = 0.1$ instead, §2.4) is
 # $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
 # $n$ is the number of samples consumed by the update and the horizon $h$ is counted in samples.
-# The form $\beta \leftarrow \beta(1 + e/h)$ used in §2.4 is the special case $n = 1$ with $h$ counted in
+# The form $\beta \leftarrow \beta(1 + e/h)$ that this chapter's run uses (§2.4) is the special case $n = 1$ with $h$ counted in
 # updates, so a horizon of $10^4$ samples at $B$ samples per update is $10^4/B$ updates, not $10^4$. The
 # target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the

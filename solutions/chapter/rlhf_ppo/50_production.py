@@ -72,10 +72,11 @@
 # | Value loss | clipped at 0.2 around $V_{\text{old}}$, `vf_coef` 0.1 | clipped at 0.5, own optimiser | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 (CleanRL's) |
 # | Adaptive KL controller | legacy (up to 0.11): $\beta_0 = 0.2$, target 6, horizon 10,000 **samples**; from 0.12 none, fixed `kl_coef` | same class when a target is set; fixed by default | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes (launch configs) | horizon in **updates** |
 #
-# **Controller units.** The original controller is
+# **Controller units.** The controller in lm-human-preferences' released code (the paper writes a fixed
+# gain $K_\beta = 0.1$ instead, §2.4) is
 # $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
 # $n$ is the number of samples consumed by the update and the horizon $h$ is counted in samples.
-# The form $\beta \leftarrow \beta(1 + e/h)$ used in §2.4 is the special case $n = 1$ with $h$ counted in
+# The form $\beta \leftarrow \beta(1 + e/h)$ that this chapter's run uses (§2.4) is the special case $n = 1$ with $h$ counted in
 # updates, so a horizon of $10^4$ samples at $B$ samples per update is $10^4/B$ updates, not $10^4$. The
 # target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the

@@ -1283,7 +1283,7 @@ print(
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d09074b50b7d1e2c57ac6ce90a0fafb0", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ac22ee4a9f7a3104ed4f4f878d81d0fb", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
@@ -1298,7 +1298,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
 # - **Drop the critic.** GRPO replaces $V(s_t)$ with the mean reward of a group of samples for the
-#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier instead of a reward model only the policy (16) and the
+#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier
+#   instead of a reward model only the policy (16) and the
 #   reference (2) remain.
 #
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
@@ -1556,7 +1557,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "eddf69cccf57edb6758f3d037f256bc4", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "fe1e5759a6bc6ef64179edec69520f4c", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -1588,7 +1589,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
 # Production stacks therefore move rollouts to an inference engine (vLLM, whose PagedAttention
-# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously), copy the new weights into it after every update, and often overlap
+# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously),
+# copy the new weights into it after every update, and often overlap
 # generation for step $k+1$ with training on step $k$ (Noukhovitch et al., 2024, arXiv:2410.18252,
 # study this asynchronous RLHF). That overlap makes the data one update stale. PPO's "old policy"
 # does two jobs, and stale data can be handled in two ways that differ in which job each copy does:
@@ -1903,7 +1905,7 @@ for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapt
     rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
 display(Markdown("\n".join(rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8a65cb7ad60b2bd4fe8d93f66a03ff6f", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9b6353d786c9df9a884f8141c5e87eb", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
 # result reported "with default settings" says little until you know which library. $\beta$ differs
 # by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
@@ -1927,7 +1929,8 @@ display(Markdown("\n".join(rows)))
 #   token of a long response *less* weight; DAPO argues for the token mean on long chains of thought,
 #   and Liu et al. (2025, arXiv:2503.20783, "Dr. GRPO") show that the per-response mean, like GRPO's
 #   division by the group's reward standard deviation, biases which responses the update favours.
-#   OpenRLHF switches between the two with its policy loss's `token_level_loss`.
+#   OpenRLHF's policy loss takes the token mean by default and a per-sequence mean for its GSPO
+#   variant (`--actor.policy_loss_type gspo`).
 # - *Overlong and length penalties.* A response cut at the maximum length has no real ending to score;
 #   DAPO masks such samples out of the loss or ramps a penalty over a buffer before the limit
 #   (OpenRLHF: `--reward.overlong_buffer_len`, `--reward.overlong_penalty_factor`,

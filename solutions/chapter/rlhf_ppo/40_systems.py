@@ -82,7 +82,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
 # - **Drop the critic.** GRPO replaces $V(s_t)$ with the mean reward of a group of samples for the
-#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier instead of a reward model only the policy (16) and the
+#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier
+#   instead of a reward model only the policy (16) and the
 #   reference (2) remain.
 #
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
@@ -371,7 +372,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
 # Production stacks therefore move rollouts to an inference engine (vLLM, whose PagedAttention
-# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously), copy the new weights into it after every update, and often overlap
+# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously),
+# copy the new weights into it after every update, and often overlap
 # generation for step $k+1$ with training on step $k$ (Noukhovitch et al., 2024, arXiv:2410.18252,
 # study this asynchronous RLHF). That overlap makes the data one update stale. PPO's "old policy"
 # does two jobs, and stale data can be handled in two ways that differ in which job each copy does:

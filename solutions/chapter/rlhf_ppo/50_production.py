@@ -275,7 +275,8 @@ display(Markdown("\n".join(rows)))
 #   token of a long response *less* weight; DAPO argues for the token mean on long chains of thought,
 #   and Liu et al. (2025, arXiv:2503.20783, "Dr. GRPO") show that the per-response mean, like GRPO's
 #   division by the group's reward standard deviation, biases which responses the update favours.
-#   OpenRLHF switches between the two with its policy loss's `token_level_loss`.
+#   OpenRLHF's policy loss takes the token mean by default and a per-sequence mean for its GSPO
+#   variant (`--actor.policy_loss_type gspo`).
 # - *Overlong and length penalties.* A response cut at the maximum length has no real ending to score;
 #   DAPO masks such samples out of the loss or ramps a penalty over a buffer before the limit
 #   (OpenRLHF: `--reward.overlong_buffer_len`, `--reward.overlong_penalty_factor`,

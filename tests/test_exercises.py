@@ -6,6 +6,7 @@ tested is what students and graders get: the checks must pass on the worked solu
 plausible wrong answers.
 """
 
+import copy
 import dataclasses
 import math
 import statistics
@@ -21,10 +22,13 @@ from mlbook_solutions.run_toy import CHAPTER_RUN
 from mlbook_tools.config import layout
 
 from mlbook.posttrain.toy_lm import (
+    END_ID,
     DemoBatch,
     TinyCausalLM,
     ToyLMConfig,
+    build_models,
     demonstration_batch,
+    good_count_reward,
     sft_loss,
     token_log_probs,
 )
@@ -278,19 +282,34 @@ def test_ex4_cache_config(results):
         assert all(len(r["reward"]) == len(r["sft"]) == ex.PTX["steps"] for r in runs)
 
 
+def _band_counts(results):
+    """Seed-steps at which the start-of-step SFT loss is outside start +- 10 %, per ptx_coef."""
+    return {
+        k: sum(abs(v / r["sft"][0] - 1) > 0.10 for r in runs for v in r["sft"])
+        for k, runs in results["ptx"].items()
+    }
+
+
 def test_ex4_claims(results):
+    """What exercise 4's answer says, in the words it uses: robust claims, not digits (the digits move
+    from one CPU to another; these held on every refresh, AVX2 and ATEN_CPU_CAPABILITY=default)."""
     final = {k: [r["sft_final"] / r["sft"][0] for r in runs] for k, runs in results["ptx"].items()}
-    for r in results["ptx"][
-        "2.0"
-    ]:  # the headline arm: reward rises, SFT loss ends within 10 % on every seed
+    last5 = {
+        k: [statistics.fmean(r["reward"][-5:]) for r in runs] for k, runs in results["ptx"].items()
+    }
+    for r in results["ptx"]["2.0"]:  # the headline arm: reward rises, SFT loss ends within 10 %
         assert abs(r["sft_final"] / r["sft"][0] - 1) <= 0.10
         assert statistics.fmean(r["reward"][-5:]) > r["reward"][0]
-    assert (
-        min(final["0.0"]) > 1.10
-        and min(final["0.0"]) > max(final["2.0"])
-        and min(final["0.0"]) > max(final["1.0"])
-    )
-    assert statistics.fmean(final["0.0"]) > 3 * statistics.fmean(final["1.0"])
+    assert min(final["0.0"]) > 2  # "more than twice its start on every seed"
+    assert statistics.fmean(final["0.0"]) > 3  # "several times its start on average"
+    assert min(final["0.0"]) > max(final["1.0"]) and min(final["0.0"]) > max(final["2.0"])
+    # "more reward than ptx_coef = 2 on average": a tight hold slows the climb (plain PPO against
+    # ptx_coef = 1 is within the seed spread: on one CPU plain led, on another it trailed)
+    assert statistics.fmean(last5["1.0"]) > statistics.fmean(last5["2.0"])
+    assert statistics.fmean(last5["0.0"]) > statistics.fmean(last5["2.0"])
+    band = _band_counts(results)
+    assert band["2.0"] <= 5  # "only a handful of the 150 seed-steps"
+    assert band["1.0"] >= 10 * max(band["2.0"], 1)  # "ten times as many seed-steps or more"
     starts = [r["sft"][0] for runs in results["ptx"].values() for r in runs]
     assert (
         max(starts) < 1.1 * ex.demonstration_floor()
@@ -365,23 +384,40 @@ def test_ex4_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
 
 def test_ex5_cache_config_and_claims(results):
     assert results["stale_config"] == {**ex.STALE, "seeds": list(ex.STALE["seeds"])}
+    assert results["stale_arms"] == {
+        arm: [stale, clip and list(clip)] for arm, (stale, clip) in ex.STALE_ARMS.items()
+    }
+    assert list(results["stale"]) == list(ex.STALE_ARMS)
     clip = {
         k: [statistics.fmean(r["clip_frac"][1:]) for r in runs]
         for k, runs in results["stale"].items()
     }
     assert min(clip["stale"]) > max(clip["on_policy"])  # higher on every seed, not just on average
-    assert statistics.fmean(clip["stale"]) > 2 * statistics.fmean(clip["on_policy"])
-    for on, st in zip(results["stale"]["on_policy"], results["stale"]["stale"], strict=True):
-        assert (
-            on["seed"] == st["seed"] and on["clip_frac"][0] == st["clip_frac"][0]
-        )  # step 1 is on-policy in both
+    assert statistics.fmean(clip["stale"]) > 2.5 * statistics.fmean(
+        clip["on_policy"]
+    )  # "about three times"
+    for arm in (
+        "decoupled",
+        "recomputed",
+    ):  # (c): between the on-policy and the stale arm on every seed
+        assert max(clip["on_policy"]) < min(clip[arm]) and max(clip[arm]) < min(clip["stale"]), arm
+    # (c): with and without the behaviour weight, reward and KL differ by less than the seed spread
+    for field in ("reward", "kl"):
+        dec, rec = (
+            [statistics.fmean(r[field][-5:]) for r in results["stale"][arm]]
+            for arm in ("decoupled", "recomputed")
+        )
+        spread = max(statistics.pstdev(dec), statistics.pstdev(rec))
+        assert abs(statistics.fmean(dec) - statistics.fmean(rec)) < spread, field
+    for runs in zip(*results["stale"].values(), strict=True):  # step 1 is on-policy in every arm
+        assert len({r["seed"] for r in runs}) == 1 and len({r["clip_frac"][0] for r in runs}) == 1
 
 
 def test_ex5_cache_replays(results):
     _same_torch(results)
     for name, runs in results["stale"].items():
         _check_f32(
-            ex.stale_run(0, name == "stale", steps=F32_STEPS),
+            ex.stale_run(0, name, steps=F32_STEPS),
             runs[0],
             ("clip_frac", "reward", "approx_kl"),
             name,
@@ -443,74 +479,107 @@ def test_ex5_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
             pytest.fail(f"the ex5 test cell accepted a wrong answer: {name}")
 
 
-# (summary key, statistic index: 0 mean / 1 std / 2 min / 3 max, format, the text the model answers quote)
-QUOTED = [
-    ("plain_sft_final_ratio", 0, ".1f", "5.5"),
-    ("plain_sft_final_ratio", 1, ".1f", "3.0"),
-    ("plain_sft_final_ratio", 2, ".1f", "2.9"),
-    ("plain_sft_final_ratio", 3, ".1f", "10.2"),
-    ("ptx2_sft_final_ratio", 0, ".2f", "1.00"),
-    ("ptx2_sft_final_ratio", 1, ".2f", "0.03"),
-    ("ptx2_sft_final_ratio", 2, ".2f", "0.98"),
-    ("ptx2_sft_final_ratio", 3, ".2f", "1.05"),
-    ("ptx2_sft_peak_ratio", 3, ".2f", "1.10"),
-    ("ptx2_reward_first", 0, ".2f", "0.16"),
-    ("ptx2_reward_last5", 0, ".2f", "0.49"),
-    ("ptx2_reward_last5", 1, ".2f", "0.16"),
-    ("ptx2_reward_last5", 2, ".2f", "0.29"),
-    ("ptx2_reward_last5", 3, ".2f", "0.70"),
-    ("ptx1_reward_last5", 0, ".2f", "0.57"),
-    ("ptx1_reward_last5", 1, ".2f", "0.12"),
-    ("ptx1_sft_final_ratio", 0, ".2f", "1.07"),
-    ("ptx1_sft_final_ratio", 3, ".2f", "1.16"),
-    ("plain_reward_last5", 0, ".2f", "0.64"),
-    ("plain_reward_last5", 1, ".2f", "0.10"),
-    ("on_policy_clip_mean", 0, ".3f", "0.111"),
-    ("on_policy_clip_mean", 1, ".3f", "0.026"),
-    ("on_policy_clip_mean", 3, ".3f", "0.149"),
-    ("stale_clip_mean", 0, ".3f", "0.341"),
-    ("stale_clip_mean", 1, ".3f", "0.026"),
-    ("stale_clip_mean", 2, ".3f", "0.309"),
-    ("stale_reward_last5", 0, ".2f", "4.84"),
-    ("on_policy_reward_last5", 0, ".2f", "3.71"),
-    ("stale_kl_last5", 0, ".2f", "8.93"),
-    ("on_policy_kl_last5", 0, ".2f", "5.62"),
-    ("stale_beta_final", 0, ".3f", "0.336"),
-    ("on_policy_beta_final", 0, ".3f", "0.399"),
-]
-
-
-def test_prose_numbers_match_cache(results, solved):
-    """The model answers quote the cached sweeps: after a refresh that moves a number, update the prose."""
-    summary = ex.summarise(results)
-    text = "\n".join(c.source for c in solved if c.cell_type == "markdown")
-    for key, index, fmt, quoted in QUOTED:
-        assert format(summary[key][index], fmt) == quoted, (key, index, summary[key][index], quoted)
-        assert quoted in text, quoted
-    band = {
-        k: sum(abs(v / r["sft"][0] - 1) > 0.10 for r in runs for v in r["sft"])
-        for k, runs in results["ptx"].items()
-    }
-    assert band["2.0"] == 1 and band["1.0"] == 25
-    assert "only 1 of the 150 seed-steps" in text and "25 of the 150 seed-steps" in text
+def test_prose_quotes_no_cpu_dependent_digits(solved):
+    """The model answers of exercises 4 and 5 quote claims, not digits that a refresh on another CPU moves
+    (0.98-1.05 once read 0.96-1.09 elsewhere); test_ex4_claims and test_ex5_* pin the claims."""
+    text = " ".join("\n".join(c.source for c in solved if c.cell_type == "markdown").split())
+    for claim in (
+        "more than twice its start on every seed",
+        "within 10 % of its start on every seed",
+        "only a handful of the 150 seed-steps",
+        "ten times as many seed-steps or more",
+        "about three times the on-policy one, and higher on every seed",
+        "differ by less than their seed-to-seed spread",
+    ):
+        assert claim in text, claim
+    for digits in (
+        "0.98 and 1.05",
+        "5.5 ± 3.0",
+        "0.111 ± 0.026",
+        "4.84 against 3.71",
+        "PPO-ptx, coef",
+    ):
+        assert digits not in text, digits
 
 
 def test_ex5_reward_anomaly_trace_matches_cache(results, solved):
-    """Exercise 5's worked answer traces the stale arm's extra reward to the controller: quoted ranges match the cache."""
+    """Exercise 5's worked answer traces the stale arm's extra reward to the controller; each step of the
+    trace is a claim about every seed (the ranges of the two arms do not overlap)."""
     text = " ".join("\n".join(c.source for c in solved if c.cell_type == "markdown").split())
     target = ex.CHAPTER_RUN.kl_target
-    for arm, (lo, hi, beta_lo, beta_hi) in {
-        "stale": (10, 13, "0.236", "0.245"),
-        "on_policy": (6, 8, "0.256", "0.266"),
-    }.items():
-        runs = results["stale"][arm]
-        under = [
-            sum(k < target for k in r["kl"]) for r in runs
-        ]  # steps in which the controller lowered beta
-        low = [min(r["beta"]) for r in runs]
-        assert (min(under), max(under)) == (lo, hi), (arm, under)
-        assert (f"{min(low):.3f}", f"{max(low):.3f}") == (beta_lo, beta_hi), (arm, low)
+    stat = {
+        arm: dict(
+            under=[sum(k < target for k in r["kl"]) for r in runs],  # steps in which beta fell
+            beta_final=[r["beta"][-1] for r in runs],
+            kl=[statistics.fmean(r["kl"][-5:]) for r in runs],
+            reward=[statistics.fmean(r["reward"][-5:]) for r in runs],
+        )
+        for arm, runs in results["stale"].items()
+    }
+    st, on = stat["stale"], stat["on_policy"]
+    assert min(st["under"]) > max(
+        on["under"]
+    )  # "under its target for more steps ... do not overlap"
+    assert max(st["beta_final"]) < min(on["beta_final"])  # "ends with a lower beta on every seed"
+    assert min(st["kl"]) > max(on["kl"]) and min(st["reward"]) > max(on["reward"])
     assert (
-        "for 10 to 13 steps instead of 6 to 8" in text
-        and "to 0.236 to 0.245 instead of 0.256 to 0.266" in text
+        "the ranges do not overlap" in text and "ends with a lower $\\beta$ on every seed" in text
     )
+
+
+# ------------------------------------------------------------------------------------ decoupled PPO
+
+
+def _update_once(roll, cfg, seed=0):
+    policy, _, critic, _, _ = build_models(seed, 16)
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=cfg.lr)
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
+    stats = sol.ppo_update(policy, critic, opt, roll, scores, cfg.beta, cfg)
+    return policy, stats
+
+
+def test_decoupled_update_on_policy_is_plain_ppo():
+    """On an on-policy batch the behaviour weight is 1, so the decoupled update is the plain one."""
+    policy, ref, critic, prompts, gen = build_models(0, 16)
+    roll = sol.collect_rollouts(policy, ref, critic, prompts, 6, END_ID, gen)
+    cfg = dataclasses.replace(CHAPTER_RUN, ppo_epochs=3)
+    plain, plain_stats = _update_once(roll, cfg)
+    dec, dec_stats = _update_once(roll, dataclasses.replace(cfg, behaviour_clip=ex.BEHAVIOUR_CLIP))
+    for a, b in zip(plain.parameters(), dec.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert [e.clip_frac for e in plain_stats] == pytest.approx([e.clip_frac for e in dec_stats])
+
+
+def test_decoupled_update_weights_the_stale_batch():
+    """On a stale batch the decoupled update centres the clip on the proximal policy (ratio 1 at the first
+    epoch, nothing clipped, no drift) and the truncated behaviour weight changes the step."""
+    policy, _, roll = ex.stale_batch(seed=0, batch=16, warmup_steps=1)
+    weight = ex.behaviour_weights(policy, roll)
+    assert not torch.allclose(
+        weight, torch.ones_like(weight)
+    )  # the sampler lags: weights differ from 1
+    cfg = dataclasses.replace(CHAPTER_RUN, ppo_epochs=2)
+    scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()
+    out = {}
+    for name, clip in (
+        ("sampler", None),
+        ("decoupled", ex.BEHAVIOUR_CLIP),
+        ("no weight", (1.0, 1.0)),
+    ):
+        model, critic = copy.deepcopy(policy), build_models(0, 16).critic
+        opt = torch.optim.Adam([*model.parameters(), *critic.parameters()], lr=cfg.lr)
+        c = dataclasses.replace(cfg, behaviour_clip=clip)
+        out[name] = (sol.ppo_update(model, critic, opt, roll, scores, cfg.beta, c), model)
+    for name in ("decoupled", "no weight"):
+        first = out[name][0][0]
+        assert first.clip_frac == 0.0 and first.approx_kl == pytest.approx(0.0, abs=1e-6), name
+    assert (
+        out["sampler"][0][0].clip_frac > 0
+    )  # around the sampler, the lag is already outside the band
+    moved = [
+        not torch.allclose(a, b)
+        for a, b in zip(
+            out["decoupled"][1].parameters(), out["no weight"][1].parameters(), strict=True
+        )
+    ]
+    assert any(moved)  # the weight is applied

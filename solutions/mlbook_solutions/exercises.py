@@ -3,10 +3,10 @@
     python -m mlbook_solutions.exercises --refresh   # rerun the ex4/ex5 sweeps, rewrite the cache
     python -m mlbook_solutions.exercises             # print the summary of the cached sweeps
 
-The training sweeps of exercises 4 and 5 (25 runs of ``train_ppo``: 5 seeds x 3 ptx coefficients and
-5 seeds x 2 sampling modes) take about 80 s on one CPU core, too long for a notebook cell, so the
-notebook plots the cached results. Exercise 3 and the stale-batch measurement of exercise 5 are
-cheap and run live.
+The training sweeps of exercises 4 and 5 (35 runs of ``train_ppo``: 5 seeds x 3 ptx coefficients
+and 5 seeds x 4 sampling arms) take about two minutes on one CPU core, too long for a notebook
+cell, so the notebook plots the cached results. Exercise 3 and the stale-batch measurement of
+exercise 5 are cheap and run live.
 
 How ``tests/test_exercises.py`` knows the cache was produced by this code, on any CPU: training is
 chaotic, and a last-bit difference in a float32 kernel (another instruction set picks another one)
@@ -205,12 +205,26 @@ def whitening_clip_counts(
 
 # ----------------------------------------------------------------------------------- exercise 4
 
-# ptx_coef 0 is plain PPO; 2.0 is the headline arm (the smallest of those tried that held the SFT
-# loss within 10 % on every seed), 1.0 shows the trade-off in between.
+# The SFT-data anchor of exercise 4 (shaped like InstructGPT's ptx term, but on the demonstrations,
+# not on pretraining text; the names keep "ptx" for the coefficient's role). ptx_coef 0 is plain
+# PPO; 2.0 is the headline arm (the smallest of those tried that held the SFT loss within 10 % on
+# every seed), 1.0 shows the trade-off in between.
 PTX = dict(
     seeds=(0, 1, 2, 3, 4), batch=32, steps=30, ptx_coefs=(0.0, 1.0, 2.0), sft_steps=150, sft_lr=3e-3
 )
 STALE = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30)
+# Exercise 5's arms: who samples, and what the clip is centred on. "stale": logp_old from the
+# weights that sampled (one update old); "decoupled": clip around the proximal policy (the
+# policy when the update starts) and weight by pi_prox / pi_sampler clamped to BEHAVIOUR_CLIP,
+# OpenRLHF's default truncation; "recomputed": clip around the proximal policy with no weight
+# (a clamp to [1, 1]).
+BEHAVIOUR_CLIP = (0.5, 5.0)
+STALE_ARMS = dict(
+    on_policy=(False, None),
+    stale=(True, None),
+    decoupled=(True, BEHAVIOUR_CLIP),
+    recomputed=(True, (1.0, 1.0)),
+)
 
 
 def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], torch.Tensor]:
@@ -225,11 +239,12 @@ def make_ptx_loss(batch: DemoBatch, ptx_coef: float) -> Callable[[nn.Module], to
 def sft_models(seed: int, batch: int, sft_steps: int = PTX["sft_steps"], lr: float = PTX["sft_lr"]):
     """Like :func:`mlbook.posttrain.toy_lm.build_models`; the reference is fine-tuned on the demos.
 
-    PPO-ptx only makes sense from a model that already fits the demonstrations (InstructGPT starts
-    PPO from the SFT model): from the untrained toy LM the ptx term would simply keep teaching the
-    demonstrations and the SFT loss would fall far below its start. 150 full-batch Adam steps bring
-    the loss to about 0.22 nats/token, close to the floor set by the demos' genuine ambiguity
-    (``the``/``a`` first, then ``cat``/``dog``: 8 coin flips over 26 tokens, 0.21 nats/token).
+    An anchor to the demonstrations only makes sense from a model that already fits them
+    (InstructGPT starts PPO from the SFT model): from the untrained toy LM the SFT term would simply
+    keep teaching the demonstrations and the SFT loss would fall far below its start. 150
+    full-batch Adam steps bring the loss to about 0.22 nats/token, close to the floor set by the
+    demos' genuine ambiguity (``the``/``a`` first, then ``cat``/``dog``: 8 coin flips over 26
+    tokens, 0.21 nats/token).
     """
     _, ref, critic, prompts, gen = build_models(seed, batch)
     demos = demonstration_batch()
@@ -309,19 +324,20 @@ def ptx_run(
 
 
 def stale_run(
-    seed: int, stale: bool, steps: int = STALE["steps"], batch: int = STALE["batch"]
+    seed: int, arm: str, steps: int = STALE["steps"], batch: int = STALE["batch"]
 ) -> dict:
-    """The chapter's run, sampling on-policy or one update stale: clip frac, reward, approx-KL, KL,
+    """The chapter's run in one arm of ``STALE_ARMS``: per-step clip frac, reward, approx-KL, KL,
     beta."""
+    stale, behaviour_clip = STALE_ARMS[arm]
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    cfg = dataclasses.replace(CHAPTER_RUN, steps=steps)
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, behaviour_clip=behaviour_clip)
     sampler = StaleByOneUpdate() if stale else None
     history = train_ppo(
         policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen, sampler=sampler
     )
     return dict(
         seed=seed,
-        stale=stale,
+        arm=arm,
         clip_frac=[h.clip_frac for h in history],
         reward=[h.reward for h in history],
         approx_kl=[h.approx_kl for h in history],
@@ -363,6 +379,19 @@ def ratio_stats(ratio: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2) 
         max_abs_dev=float(dev[on].max()),
         clip_frac=float((dev[on] > clip_eps).float().mean()),
     )
+
+
+def behaviour_weights(
+    policy: nn.Module, roll: dict, clip: tuple[float, float] = BEHAVIOUR_CLIP
+) -> torch.Tensor:
+    """The decoupled form's weight clamp(pi_prox / pi_sampler) per token: (B, T-1), 1 off the
+    response. ``policy`` is the proximal policy (the policy when the update starts);
+    ``roll["logp_old"]`` holds the sampler's log-probs (``collect_rollouts(sampler=)``).
+    """
+    with torch.no_grad():
+        logp_prox = token_log_probs(policy(roll["tokens"]), roll["tokens"])  # (B, T-1)
+    weight = torch.exp(logp_prox - roll["logp_old"]).clamp(*clip)  # (B, T-1)
+    return torch.where(roll["mask"].bool(), weight, torch.ones_like(weight))
 
 
 def importance_ratios(
@@ -409,7 +438,9 @@ def code_fingerprint() -> str:
         source = pathlib.Path(importlib.util.find_spec(name).origin).read_text()
         h.update(name.encode() + ast.dump(_without_docstrings(ast.parse(source))).encode())
     h.update(
-        json.dumps([dataclasses.asdict(CHAPTER_RUN), PTX, STALE, REPLAY], sort_keys=True).encode()
+        json.dumps(
+            [dataclasses.asdict(CHAPTER_RUN), PTX, STALE, STALE_ARMS, REPLAY], sort_keys=True
+        ).encode()
     )
     return h.hexdigest()
 
@@ -418,10 +449,7 @@ def replay64(steps: int = REPLAY["steps"], seed: int = REPLAY["seed"]) -> dict:
     """The first ``steps`` steps of every arm of both sweeps, in float64 (the portable replay)."""
     with default_dtype(torch.float64):
         ptx = {str(c): ptx_run(seed, c, steps=steps) for c in PTX["ptx_coefs"]}
-        stale = {
-            name: stale_run(seed, flag, steps=steps)
-            for name, flag in (("on_policy", False), ("stale", True))
-        }
+        stale = {arm: stale_run(seed, arm, steps=steps) for arm in STALE_ARMS}
     return dict(ptx=ptx, stale=stale)
 
 
@@ -430,10 +458,7 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
     t0 = time.perf_counter()
     ptx = {str(c): [ptx_run(s, c) for s in PTX["seeds"]] for c in PTX["ptx_coefs"]}
     t1 = time.perf_counter()
-    stale = {
-        name: [stale_run(s, flag) for s in STALE["seeds"]]
-        for name, flag in (("on_policy", False), ("stale", True))
-    }
+    stale = {arm: [stale_run(s, arm) for s in STALE["seeds"]] for arm in STALE_ARMS}
     t2 = time.perf_counter()
     results = dict(
         torch=torch.__version__,
@@ -441,6 +466,7 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
         chapter_run=dataclasses.asdict(CHAPTER_RUN),
         ptx_config={**PTX, "seeds": list(PTX["seeds"]), "ptx_coefs": list(PTX["ptx_coefs"])},
         stale_config={**STALE, "seeds": list(STALE["seeds"])},
+        stale_arms={arm: [stale, clip and list(clip)] for arm, (stale, clip) in STALE_ARMS.items()},
         replay_config=REPLAY,
         seconds=dict(ptx=round(t1 - t0, 1), stale=round(t2 - t1, 1)),
         ptx=ptx,
@@ -513,7 +539,7 @@ def plot_ptx(results: dict):
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
     for i, (key, runs) in enumerate(results["ptx"].items()):
         coef = float(key)
-        label = f"PPO-ptx, coef {coef:g}" if coef else "plain PPO"
+        label = f"PPO + SFT term, coef {coef:g}" if coef else "plain PPO"
         color = ("C3", "C1", "C0", "C2", "C4")[i % 5]
         _band(axes[0], runs, "reward", label, color)
         _band(axes[1], runs, "sft", label, color)
@@ -531,16 +557,26 @@ def plot_ptx(results: dict):
 
 
 def plot_stale(results: dict):
-    """Clip fraction per step for on-policy and one-update-stale sampling."""
+    """Clip fraction and reward per step for each arm of exercise 5."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    _band(ax, results["stale"]["on_policy"], "clip_frac", "on-policy sampling", "C0")
-    _band(ax, results["stale"]["stale"], "clip_frac", "sampler one update stale", "C3")
-    ax.set_title("clip fraction (last PPO epoch of each step)", fontsize=10)
-    ax.set_xlabel("PPO step")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    labels = dict(
+        on_policy="on-policy sampling",
+        stale="one update stale, clip around the sampler",
+        decoupled="one update stale, decoupled (clip around proximal, weight)",
+        recomputed="one update stale, clip around proximal, no weight",
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for (arm, label), color in zip(labels.items(), ("C0", "C3", "C2", "C1"), strict=True):
+        if arm in results["stale"]:
+            _band(axes[0], results["stale"][arm], "clip_frac", label, color)
+            _band(axes[1], results["stale"][arm], "reward", label, color)
+    axes[0].set_title("clip fraction (last PPO epoch of each step)", fontsize=10)
+    axes[1].set_title("mean reward (good tokens)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("PPO step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 

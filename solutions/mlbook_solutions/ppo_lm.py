@@ -260,6 +260,10 @@ class PPOConfig:
     """Clip the global gradient norm of policy + critic to this."""
     approx_kl_stop: float | None = None
     """Skip the remaining epochs of an update once E[r - 1 - log r] exceeds this; None: never."""
+    behaviour_clip: tuple[float, float] | None = None
+    """Decoupled PPO for stale samples: clip around the policy as it is when the update starts (the
+    proximal policy) and weight each token by pi_prox / pi_sampler clamped to this range; None:
+    clip around ``logp_old``, the sampler's log-probs."""
 
 
 @dataclass
@@ -291,7 +295,8 @@ def ppo_update(
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
-    the approx-KL early stop fired).
+    the approx-KL early stop fired). With ``cfg.behaviour_clip`` the ratio, its clip fraction and
+    the approx-KL are measured against the proximal policy (the policy when the update starts).
     """
     reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
@@ -305,10 +310,16 @@ def ppo_update(
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
     history: list[EpochStats] = []
+    logp_anchor, weighted = roll["logp_old"], advantages  # what the clip is centred on; A or w * A
     for epoch in range(cfg.ppo_epochs):
         logits = policy(roll["tokens"])  # (B, T, V)
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
-        log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
+        if epoch == 0 and cfg.behaviour_clip is not None:  # decoupled: the policy now is pi_prox
+            logp_anchor = logp_new.detach()  # (B, T-1)
+            behaviour = torch.exp(logp_anchor - roll["logp_old"]).clamp(*cfg.behaviour_clip)
+            # w * min(rA, clip(r) A) = min(r wA, clip(r) wA) because w > 0
+            weighted = advantages * behaviour  # (B, T-1)
+        log_ratio = (logp_new - logp_anchor).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if (
             epoch == 0
@@ -320,9 +331,7 @@ def ppo_update(
             )
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(
-            logp_new, roll["logp_old"], advantages, m, cfg.clip_eps
-        )
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, logp_anchor, weighted, m, cfg.clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)

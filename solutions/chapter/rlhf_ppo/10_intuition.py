@@ -47,7 +47,7 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 # Read the table row by row. The first token is *more* likely under the policy than under the
 # reference, so it pays a fee; the third is *less* likely, so the estimator hands back a small
 # refund. A single-sample estimate of the KL can be negative on individual tokens; only its
-# average over samples drawn from the policy is guaranteed non-negative. The 1.5 shows up only on
+# expectation under the policy is guaranteed non-negative (a finite batch's mean can dip below zero). The 1.5 shows up only on
 # the last token: deciding how much of it tokens 1–3 deserve is the job of the **critic** $V(s_t)$,
 # which predicts the reward still to come from each prefix, and of **GAE**, which turns "what
 # happened minus what was predicted" into a per-token advantage.

@@ -63,11 +63,13 @@ show(
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
 # sampling policy and the current one, and stop the epochs early when it passes a threshold;
-# `ppo_update` below does both. Two estimators of that KL are in use (Schulman, 2020). This chapter
-# and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL and
-# lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. Both agree to
-# second order in $\log r_t$, so they are close while the ratios stay near 1, but they are not the
-# same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
+# `ppo_update` below does both. Schulman (2020) gives three single-sample estimators of that KL,
+# and all three are in use. The plain $k_1 = \mathbb{E}_t[-\log r_t]$ is unbiased but can come out
+# negative on a batch (OpenRLHF logs it as `ppo_kl`, and the legacy TRL trainer's early stop tests
+# it). This chapter and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL
+# and lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. $k_2$ and
+# $k_3$ agree to second order in $\log r_t$, so they are close while the ratios stay near 1, but
+# they are not the same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
 # tokens whose ratio has left the band, is the diagnostic to watch. Two definitions circulate: "the
 # ratio is outside the band" (used here and in CleanRL) and "the clipped term is the active one",
 # i.e. the ratio moved $\epsilon$ in the advantage's direction (TRL's and OpenRLHF's `clipfrac`).
@@ -83,8 +85,11 @@ show(
 # $\lambda$ trades bias (small $\lambda$ leans on the critic) against variance (large $\lambda$ leans
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
 # $A_t = \sum_{l\ge0} R_{t+l} - V(s_t)$: advantage plus value is the Monte-Carlo reward-to-go.
-# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response) and
-# $\lambda \approx 0.95$ (Schulman et al., 2016). The critic regresses on the returns
+# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response). The
+# $\lambda = 0.95$ used here is the default that lm-human-preferences and TRL ship, a convention
+# rather than a result: the GAE paper (Schulman et al., 2016) found its best runs with $\lambda$
+# anywhere from 0.92 to 0.98 on its control tasks, and OpenRLHF defaults to $\lambda = 1$ (§5
+# tabulates the defaults). The critic regresses on the returns
 # $G_t = A_t + V(s_t)$ with a clipped loss that keeps the new value within $\epsilon_v$ of the value
 # recorded at rollout time:
 #
@@ -95,9 +100,13 @@ show(
 # one number for both, $\epsilon_v = \epsilon = 0.2$: `ppo_update` passes its `clip_eps` to
 # `value_loss`.
 #
-# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
-# $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps
-# the distribution from collapsing). Every average runs over **response tokens only**.
+# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, and
+# usually $c_e = 0$ for language models (the KL to the reference already keeps the distribution
+# from collapsing). This chapter's $c_v = 0.5$ is CleanRL's default for control tasks; the language
+# model codebases weight the critic less, $c_v = 0.1$ in lm-human-preferences, in TRL and in the
+# N+ reproduction of Huang et al. (2024), and OpenRLHF gives the critic its own optimiser, so it has
+# no $c_v$ at all. Every average runs over **response tokens only**, and each token counts once in
+# the batch's mean: a choice, not a law (§5 compares it with a per-sequence mean).
 #
 # Advantages are *whitened* over the batch's response tokens, $A \leftarrow (A - \bar A)/\mathrm{sd}(A)$.
 # Subtracting a constant does not bias an on-policy gradient, and dividing by a constant only
@@ -108,15 +117,28 @@ show(
 #
 # A fixed $\beta$ gives a KL that depends on the reward model's scale and the stage of training.
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
-# in log space:
+# in log space. Their paper writes it with a gain $K_\beta$,
 #
-# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
+# $$\beta_{\text{next}} = \beta\,\big(1 + K_\beta\, e\big) \quad\text{with}\quad e = \operatorname{clip}(\mathrm{KL}/\kappa - 1,\ \pm 0.2) \text{ and } K_\beta = 0.1 .$$
 #
-# where $n$ is the number of samples in the update and the horizon $h$ is counted in samples
-# (lm-human-preferences and TRL use $h = 10^4$). The popular simplified form $\beta \leftarrow
-# \beta(1 + e/h)$ with $h$ counted in *updates* is the special case $n = 1$; our
-# `AdaptiveKLController.update(kl, n_steps=1)` covers both. Which KL? Here, and in the original
-# code, it is the per-sequence KL estimate: sum the log-ratios over a response's tokens, then
+# Their released code, lm-human-preferences (`train_policy.py`), sets the gain from the batch
+# instead: $K_\beta = n/h$, with $n$ the episodes (samples) in the update and a horizon of
+# $h = 10^4$ episodes, so the gain grows with the batch (the cell below computes it). The
+# simplified form $\beta \leftarrow \beta(1 + e/h)$ with $h$ counted in *updates* is the case
+# $n = 1$; our `AdaptiveKLController.update(kl, n_steps=1)` covers all three. Which KL? Here, and
+# in the original code, the per-sequence estimate: sum the log-ratios over a response's tokens, then
 # average over the samples of the batch. (OpenRLHF averages per token instead, which changes what
 # a target like "6" means by a factor of the response length.) Each update moves $\beta$ by at
-# most $\pm 20\,\% \cdot n/h$.
+# most $\pm 20\,\%$ times the gain.
+#
+# The controller is this chapter's teaching device, and you will implement it. Most current stacks
+# leave it off and keep $\beta$ fixed: TRL's PPO trainer has no target at all (`kl_coef` 0.05), and
+# OpenRLHF starts from `init_coef` 0.01 and adapts only when a target is passed (and a comment in
+# its v0.11.0 trainer calls the adaptive controller incompatible with its training step). §5
+# lists these defaults.
+
+# %% tags=["nbval-check-output"]
+paper_gain, lmhp_horizon = 0.1, 10_000  # Ziegler et al. (2019); lm-human-preferences, in episodes
+for n in (64, 512):
+    print(f"{n:>4} episodes per update: lm-human-preferences' gain n/h = {n / lmhp_horizon:.4f} "
+          f"(the paper's K_beta = {paper_gain}); largest step of beta: {100 * 0.2 * n / lmhp_horizon:.2f} %")  # fmt: skip

@@ -250,8 +250,9 @@ print("✓ AdaptiveKLController.update")
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
 # `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
 # drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
-# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
-# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
+# term to every epoch's loss (exercise 4's SFT anchor), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix). One
+# field does too: `behaviour_clip` switches the update to the decoupled form for stale samples (§4.2).
 
 # %% include="mlbook_solutions.ppo_lm:masked_entropy,collect_rollouts,PPOConfig,EpochStats,ppo_update,PPOStats,sequence_kl,train_ppo"
 

@@ -1,12 +1,19 @@
 # %% [markdown]
 # ## 4. Systems view: memory, time, and what breaks
 #
-# On the toy, §3's loop takes a few seconds (its cell prints the time; about 0.1 s per step). At production scale the same loop is limited by two
-# budgets that the algorithm description hides: **memory**, because one PPO step keeps four
-# networks resident, and **wall-clock**, because every step starts by sampling fresh responses one
-# token at a time. This section prices both, measures the split on the toy (with your own
-# `ppo_update`), and then lists the failure modes you will meet and how to tell them apart.
-#
+# On the toy, §3's loop takes a few seconds; the cell below divides the time its run printed by its
+# number of steps. At production scale the same loop is limited by two budgets that the algorithm
+# description hides: **memory**, because one PPO step keeps four networks resident, and
+# **wall-clock**, because every step starts by sampling fresh responses one token at a time. This
+# section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
+# the failure modes you will meet and how to tell them apart.
+
+# %% needs_answers=true
+print(
+    f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
+)
+
+# %% [markdown]
 # ### 4.1 Memory: four models, two of them trained
 #
 # Count static state per parameter, before activations and KV cache. A model trained with
@@ -65,7 +72,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
-# - **Shard it.** ZeRO stage 3 (DeepSpeed) or FSDP (PyTorch) partitions weights, gradients and
+# - **Shard it.** ZeRO stage 3 (DeepSpeed; Rajbhandari et al., 2020, arXiv:1910.02054) or FSDP
+#   (PyTorch) partitions weights, gradients and
 #   optimiser state of each trained model across the $N$ data-parallel ranks and gathers a layer's
 #   weights just before it runs, so static memory per GPU is about $36P/N$ bytes: 252 GB over 8
 #   GPUs is about 32 GB each. The frozen pair can be sharded the same way, offloaded to CPU between
@@ -75,7 +83,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
 # - **Drop the critic.** GRPO replaces $V(s_t)$ with the mean reward of a group of samples for the
-#   same prompt; with a rule-based verifier instead of a reward model only the policy (16) and the
+#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier
+#   instead of a reward model only the policy (16) and the
 #   reference (2) remain.
 #
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
@@ -178,8 +187,9 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
-# for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
-# quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
+# for. One untimed pass first pays the one-off costs (allocations, first calls), then each length
+# and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
+# on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
 # %% needs_answers=true demo=true
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
@@ -189,7 +199,8 @@ sweep_cfg = ToyLMConfig(max_len=72)
 sw_models = build_models(seed=0, batch=32, cfg=sweep_cfg)  # policy, ref, critic, prompts, gen
 sw_prompts = sw_models.prompts
 lengths = (8, 32, 64)
-rows = sweep_time_split(*sw_models[:4], lengths, repeats=1, warmup=0, **step_fns)
+sweep_time_split(*sw_models[:4], lengths[:1], repeats=1, warmup=0, **step_fns)  # warm-up, discarded
+rows = sweep_time_split(*sw_models[:4], lengths, repeats=3, warmup=0, **step_fns)  # medians of 3
 print(format_sweep(rows))
 gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
 for n in lengths:
@@ -278,10 +289,11 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
 #   the response length and soon rivals the update; with it each step costs about the same and
-#   generation grows linearly. At 8 tokens the two samplers barely differ; from 32 tokens on the
-#   cached one's share is clearly lower. The model predicts a speed-up that grows with the length
-#   (the cell prints it); the measured one, from single repeats on a shared machine, follows it
-#   up to noise.
+#   generation grows linearly. How much the cache saves depends on the length: at 8 tokens a
+#   naive step re-reads a prefix of at most a dozen positions, so there is little to save, and the
+#   saving grows with every token added. The model predicts a speed-up that grows with the length
+#   (the cell prints it); the measured speed-ups, medians of three on whatever this machine is
+#   doing, are printed above for you to set beside it.
 # - **The model predicts the split, not the clock.** Its shares land close to the measured ones
 #   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
 #   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
@@ -342,8 +354,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #   multiplies generation's time, not the update's, and is exactly what inference engines fix.
 # - **The decode batch is smaller than it looks.** The policy's training state, the other models
 #   and the activations compete for the same memory, so the KV cache and with it $B$ shrink; the
-#   table shows generation's share rising as $B$ falls. With ZeRO-3 the weights must also be
-#   gathered before decoding (Llama 2's report names this).
+#   table shows generation's share rising as $B$ falls. With fully sharded training (ZeRO-3, or
+#   FSDP, the one Llama 2's report names) the weights must also be gathered before decoding.
 # - **Lengths vary.** A static batch runs until its longest response ends, so the model's uniform
 #   512 tokens understate generation; long reasoning traces make it worse.
 # - **The figure comes without its setting.** OpenRLHF states the share without the model size,
@@ -360,17 +372,32 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
-# Production stacks therefore move rollouts to an inference engine (vLLM, SGLang: paged KV cache,
-# continuous batching), copy the new weights into it after every update, and often overlap
-# generation for step $k+1$ with training on step $k$. That overlap makes the data one update stale,
-# which PPO's ratio can absorb **only if** $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that actually sampled (§3's `sampler=` argument). A second, subtler gap: even with
-# identical weights, an inference engine's kernels do not reproduce the trainer's numbers exactly.
-# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer *using the weights that sampled*
-# (in synchronous training the first epoch then starts at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
-# truncated importance weight (OpenRLHF's `enable_vllm_is_correction`). Llama 2's report describes
-# the other half of the problem: with FSDP, sampling was very slow until the full weights were
-# gathered onto each node once before generation and freed afterwards.
+# Production stacks therefore move rollouts to an inference engine (vLLM, whose PagedAttention
+# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously),
+# copy the new weights into it after every update, and often overlap
+# generation for step $k+1$ with training on step $k$ (Noukhovitch et al., 2024, arXiv:2410.18252,
+# study this asynchronous RLHF). That overlap makes the data one update stale. PPO's "old policy"
+# does two jobs, and stale data can be handled in two ways that differ in which job each copy does:
+#
+# 1. **One old policy.** Record $\log\pi_{\text{old}}$ under the weights that actually sampled (§3's
+#    `sampler=` argument). The ratio $\pi_\theta/\pi_{\text{old}}$ then both corrects for the lag and
+#    anchors the clip, so the lag already uses up part of the band before the first step.
+# 2. **Decoupled.** Recompute the log-probs with the policy as it is when the update starts, the
+#    *proximal* policy, and clip around those; multiply each token's term by a separate behaviour
+#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, truncated to a range, which carries the correction
+#    (Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the step this
+#    update takes. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
+#    exercise 5 measures both designs on the toy.
+#
+# What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
+# quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
+# remains even in synchronous training: at the same weights an inference engine's kernels do not
+# reproduce the trainer's numbers exactly. OpenRLHF (v0.11.0) recomputes $\log\pi_{\text{old}}$ in the
+# trainer and, with `--algo.advantage.is_correction_enable`, applies the decoupled weight between
+# the trainer's and the engine's log-probs, truncated to $[0.5, 5]$ by default, in the policy loss of
+# `openrlhf/models/loss.py`; the same code serves its asynchronous mode. Llama 2's report describes
+# one more cost of sampling inside the trainer: with FSDP, sampling was very slow until the full
+# weights were gathered onto each node once before generation and freed afterwards.
 #
 # ### 4.3 Failure modes: symptom, cause, fix
 #
@@ -381,12 +408,12 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # |---|---|---|---|
 # | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; length penalty or length-controlled RM |
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
-# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which Huang et al. (2024) found hurt |
+# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
 # | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
-# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
-# | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
+# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, and *no behaviour weight* to carry the correction | Is there a $\pi_{\text{prox}}/\pi_{\text{behav}}$ factor in the loss? Compare the recomputed log-probs with those recorded at sampling; their gap is the missing weight (exercise 5 prints it) | Either record $\log\pi_{\text{old}}$ under the weights that sampled, or keep the recomputation and add the truncated behaviour weight (decoupled PPO, §4.2); cap staleness either way |
+# | KL to the reference persistently and clearly negative (a small negative batch mean is noise: only the expectation of $k_1$ is $\ge 0$) | Impure sampling: top-$k$/top-$p$, a suppressed EOS or other logit processors, a temperature used in one place only, or greedy decoding (DeepSpeed-Chat decodes greedily for Llama models) make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones; does the mean stay below zero for many steps, beyond its batch-to-batch spread? | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
 # | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max\vert\log\pi_\theta - \log\pi_{\text{old}}\vert$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
 # | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position that the masks then zero out, instead of the last response token (TRL's deliberate slot after EOS is another matter, see §5) | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |

@@ -66,20 +66,27 @@
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
 # | Where the score lands | last response token (legacy trainer); from 0.12 the slot after EOS, which stays in the value loss | last position of the action mask; score clipped to $\pm 10$ | column $-1$ of the fixed-length response, also when it was truncated before that | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
-# | Tokens after the stop token | masked out of every loss | masked | kept: truncation turns them into padding and no mask removes them from the losses | masked |
+# | Tokens after the stop token | masked out of every loss | masked | kept: sampling runs to the fixed length past the stop token, and only the reward model's copy is truncated; log-probs, KL fee, GAE and both losses see the raw tokens | masked |
 # | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch, over every column (no mask), biased variance | masked, global across ranks, population variance |
-# | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |
-# | Value loss | clipped at 0.2 around $V_{\text{old}}$ | clipped at 0.5 | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 |
-# | Adaptive KL controller | legacy: $\beta_0 = 0.2$, target 6, horizon 10,000 **samples** | same class when a target is set | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes | horizon in **updates** |
+# | Reward whitening | optional, off | none | on (Huang et al.: lower preference rates and shorter completions, see below) | none |
+# | Value loss | clipped at 0.2 around $V_{\text{old}}$, `vf_coef` 0.1 | clipped at 0.5, own optimiser | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 (CleanRL's) |
+# | Adaptive KL controller | legacy (up to 0.11): $\beta_0 = 0.2$, target 6, horizon 10,000 **samples**; from 0.12 none, fixed `kl_coef` | same class when a target is set; fixed by default | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes (launch configs) | horizon in **updates** |
 #
-# **Controller units.** The original controller is
+# **Controller units.** The controller in lm-human-preferences' released code (the paper writes a fixed
+# gain $K_\beta = 0.1$ instead, §2.4) is
 # $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
 # $n$ is the number of samples consumed by the update and the horizon $h$ is counted in samples.
-# The form $\beta \leftarrow \beta(1 + e/h)$ used in §2.4 is the special case $n = 1$ with $h$ counted in
+# The form $\beta \leftarrow \beta(1 + e/h)$ that this chapter's run uses (§2.4) is the special case $n = 1$ with $h$ counted in
 # updates, so a horizon of $10^4$ samples at $B$ samples per update is $10^4/B$ updates, not $10^4$. The
 # target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
+#
+# **Reward whitening, read closely.** lm-human-preferences whitens the rewards of every batch (scale
+# only, the mean is kept). Huang et al. (2024) found that runs with it won fewer preference
+# comparisons *and* wrote shorter completions; once the comparison controls for length, the two
+# settings come out about the same. So "whitening hurt" is mostly "whitening made the summaries
+# shorter", the same length-reward entanglement that §3.6 shows in miniature.
 
 # %% tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
@@ -117,8 +124,10 @@ print(
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
 #   it) the plain log-ratio $k_1$ is an unbiased per-sample estimate of the KL, negative values
-#   included. Used as a *loss*, as GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
-#   $\rho = \pi_{\text{ref}}/\pi_\theta$, its value is unbiased and non-negative but its gradient is not the gradient of the KL.
+#   included; GAE then turns it into the score-function gradient of the KL. Used as a *loss*, as
+#   GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
+#   $\rho = \pi_{\text{ref}}/\pi_\theta$, an estimator's value being unbiased says nothing about its
+#   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
 #   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
@@ -131,6 +140,61 @@ print(
 #   taken. What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
 #   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
 #   chapter's run.
+#
+# **KL as a loss: the value is not the gradient.** Tang and Munos (2025) point out that
+# differentiating a sampled KL estimate, with the samples held fixed as autograd does, does not give
+# the gradient of the KL. On a single categorical distribution everything can be summed exactly, so
+# the cell below takes $\pi_\theta = \mathrm{softmax}(\theta)$ over six tokens and a fixed reference,
+# and computes the *expected* gradient of three per-sample losses: $k_1$ and $k_3$ as losses, and
+# $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
+# It compares them with the exact gradients of the two KL directions.
+
+# %% tags=["nbval-check-output"]
+g6 = torch.Generator().manual_seed(0)
+theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
+logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
+
+
+def expected_grad(per_sample):
+    """sum_x pi(x) * grad per_sample(x): the mean gradient over samples x ~ pi, each held fixed."""
+    logp = torch.log_softmax(theta, dim=0)  # (6,)
+    return torch.autograd.grad((logp.exp().detach() * per_sample(logp)).sum(), theta)[0]
+
+
+def exact_grad(kl):
+    return torch.autograd.grad(kl(torch.log_softmax(theta, dim=0)), theta)[0]
+
+
+reverse_kl = exact_grad(
+    lambda lp: (lp.exp() * (lp - logp_ref6)).sum()
+)  # KL(pi || ref), the objective
+forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
+grads = {
+    "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
+    "k3 as a loss": expected_grad(lambda lp: (logp_ref6 - lp).exp() - 1 - (logp_ref6 - lp)),
+    "k1 as a reward": expected_grad(lambda lp: (lp - logp_ref6).detach() * lp),
+}
+print("gradient of KL(pi || ref):", [round(g, 4) + 0.0 for g in reverse_kl.tolist()])
+for name, g in grads.items():
+    print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
+          f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
+assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
+assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
+    grads["k1 as a reward"], reverse_kl
+)
+
+# %% [markdown]
+# Three different answers. $k_1$ used as a loss has zero expected gradient, because
+# $\mathbb E_\pi[\nabla\log\pi] = 0$: it regularises nothing. $k_3$ used as a loss has gradient
+# $(1 - \pi_{\text{ref}}/\pi_\theta)\nabla\log\pi_\theta$, whose expectation is the gradient of the
+# *other* direction, $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$: a sensible regulariser, but not the
+# reverse KL the objective of §2.1 names, and the two part ways as the policy moves away from the
+# reference. Only $k_1$ in the reward, weighting $\nabla\log\pi_\theta$ like any other reward, gives
+# the gradient of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, which is why this chapter (like
+# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there. Over a sequence there is a
+# second catch that a single distribution cannot show: a per-token KL loss ignores how the current
+# token changes the distribution of the later ones, so it is a partial gradient at best (Tang and
+# Munos, 2025).
 #
 # **The score one slot after EOS.** TRL's PPO trainer from version 0.12 adds the score at the
 # position *after* the stop token on purpose, and keeps that position in the critic's loss (not in
@@ -165,6 +229,73 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 )
 
 # %% [markdown]
+# **The defaults you will meet.** Reading a paper's or a colleague's settings, you need to know what
+# they left at the library's default. The cell below lists those defaults for two maintained stacks,
+# read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
+# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
+
+# %% tags=["nbval-check-output"]
+library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
+    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
+    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),
+    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "0.95"),
+    "gamma": ("1.0", "1", "1.0"),
+    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2"),
+    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.2"),
+    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "[-5, 5]"),
+    "KL estimator in the reward": ("k1 (`kl_estimator`; k3 optional)", "k1 (`--algo.kl.estimator`; k2, k3)", "k1"),
+}  # fmt: skip
+c = CHAPTER_RUN
+chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
+           f"{c.clip_eps}", f"{c.clip_eps} (the policy's)", "none", "k1"]  # fmt: skip
+rows = ["| setting | TRL 1.12.0 (`trl.experimental.ppo.PPOConfig`) | OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) "
+        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |", "|---|---|---|---|---|"]  # fmt: skip
+for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+    rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
+display(Markdown("\n".join(rows)))
+
+# %% [markdown]
+# Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
+# result reported "with default settings" says little until you know which library. $\beta$ differs
+# by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
+# does (§2.4). And the language-model stacks weight the critic less than the control-task default
+# this chapter borrowed from CleanRL, or give it a separate optimiser altogether (§2.3).
+#
+# **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
+# response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
+# is one flag in current stacks; none is used by the toy.
+#
+# - *Clip-higher.* Give the ratio band different edges, $[1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}}]$
+#   with $\epsilon_{\text{high}} > \epsilon_{\text{low}}$ (0.28 against 0.2 in DAPO, Yu et al., 2025,
+#   arXiv:2503.14476), so unlikely tokens with a positive advantage can grow further and the entropy
+#   does not collapse; OpenRLHF exposes it as `--actor.eps_clip_low_high`.
+# - *Dual clip.* For $A < 0$ the unclipped side of the surrogate is unbounded as $r \to \infty$; dual-clip
+#   PPO (Ye et al., 2020, arXiv:1912.09729) caps that loss at $c \cdot |A|$ for a constant $c > 1$
+#   (OpenRLHF's `--actor.dual_clip`).
+# - *Token- or sequence-level aggregation.* This chapter averages the loss over all response tokens
+#   of the batch, so every token weighs the same and a long response counts more than a short one.
+#   GRPO as first published averages within each response and then over responses, which gives each
+#   token of a long response *less* weight; DAPO argues for the token mean on long chains of thought,
+#   and Liu et al. (2025, arXiv:2503.20783, "Dr. GRPO") show that the per-response mean, like GRPO's
+#   division by the group's reward standard deviation, biases which responses the update favours.
+#   OpenRLHF's policy loss takes the token mean by default and a per-sequence mean for its GSPO
+#   variant (`--actor.policy_loss_type gspo`).
+# - *Overlong and length penalties.* A response cut at the maximum length has no real ending to score;
+#   DAPO masks such samples out of the loss or ramps a penalty over a buffer before the limit
+#   (OpenRLHF: `--reward.overlong_buffer_len`, `--reward.overlong_penalty_factor`,
+#   `--reward.stop_properly_penalty_coef`), the long-response cousin of LMHP's $-1$ for a missing
+#   stop token.
+# - *Value pretraining and a decoupled $\lambda$.* Yuan et al. (2025, arXiv:2503.01491) trace PPO's
+#   collapse on long chains of thought to the critic: a value model initialised from the reward
+#   model is biased at the start, and with $\lambda < 1$ the end-of-response reward decays before it
+#   reaches early tokens. Their fix pretrains the critic on samples of the frozen initial policy, and
+#   uses $\lambda = 1$ for the critic's targets while the policy's advantages keep a smaller $\lambda$.
+#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form.
+# - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
+#   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
+#   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
+#   parameter).
+#
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
 # - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
@@ -183,5 +314,8 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 #   minibatch whose mean ratio exceeds it, skipping the step rather than letting one outlier batch
 #   cause a loss spike.
 #
-# Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
-# so pin the version you build on.
+# Library churn is real. TRL's rewritten PPO trainer left the top-level package for
+# `trl.experimental.ppo` in the 1.x series (`trl.experimental.ppo.PPOTrainer`, still there in TRL
+# 1.12.0), and the experimental module is gone from TRL 1.16.0; OpenRLHF renamed its command-line
+# flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
+# the version you build on, and read its defaults from the code rather than from a blog post.

@@ -24,14 +24,18 @@
 #
 # The alternative, a KL term in the loss (as GRPO does), needs an estimator whose *gradient* is
 # right, which is a different requirement from an unbiased *value*: $k_3$ has the second but not the
-# first.
+# first. Differentiated as a loss, its expected gradient is that of $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$,
+# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual
-# tokens that the reference likes more than the policy earn a small refund. What *is* a bug is a
-# negative **average**: it means the samples did not come from the distribution you scored
-# (top-$k$/top-$p$, a suppressed EOS, a temperature applied in one place only), so the estimator's
-# premise fails. Clamping or squaring the per-token term to "fix" negatives biases the estimate.
+# tokens that the reference likes more than the policy earn a small refund. Even a batch *average*
+# can dip below zero: only the expectation of $k_1$ is guaranteed non-negative, and when the true KL
+# is small a batch mean of a few hundredths below zero is sampling noise (the legacy TRL trainer only
+# warns below $-1$ nat). What deserves a search is a KL that stays clearly negative step after step:
+# the samples did not come from the distribution you scored (top-$k$/top-$p$, a suppressed EOS, a
+# temperature applied in one place only, greedy decoding), so the estimator's premise fails.
+# Clamping or squaring the per-token term to "fix" negatives biases the estimate.
 #
 # </details>
 #
@@ -104,11 +108,14 @@
 # The mitigations: an inference engine for rollouts (paged KV cache, continuous batching, sometimes
 # quantised weights); weight synchronisation from trainer to engine after each update; and
 # pipelining, generating step $k+1$ while training on step $k$. Pipelining makes the data one
-# update stale, which the ratio corrects only if $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that sampled. Engines and trainers also disagree numerically at the same weights, so most
-# stacks recompute $\log\pi_{\text{old}}$ in the trainer *with the weights that sampled* (in synchronous training the
-# ratio is then exactly 1 at the start) and treat the residual
-# engine/trainer gap with a separate truncated importance weight.
+# update stale, and there are two correct answers. Either $\log\pi_{\text{old}}$ is the log-probability
+# under the weights that sampled, so one ratio both corrects and clips; or the update is
+# *decoupled*: clip around log-probs recomputed with the policy at the start of the update (the
+# proximal policy) and carry the correction in a separate, truncated weight
+# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022). The wrong answer is recomputing without
+# the weight. Engines and trainers also disagree numerically at the same weights, which is why a
+# stack like OpenRLHF recomputes in the trainer and applies exactly such a truncated weight between
+# the engine's log-probs and its own.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
 # thousands of tokens per response, a few hundred concurrent sequences already fill the memory the

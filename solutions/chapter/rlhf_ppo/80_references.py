@@ -27,7 +27,7 @@
 # - *Learning to Summarize from Human Feedback.* Stiennon, N., et al. (2020). NeurIPS.
 #   arXiv:2009.01325.
 # - *Training Language Models to Follow Instructions with Human Feedback.* Ouyang, L., et al. (2022).
-#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5 and exercise 4.)
+#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5; exercise 4 builds a term of the same shape on SFT data.)
 # - *Constitutional AI: Harmlessness from AI Feedback.* Bai, Y., et al. (2022). arXiv:2212.08073.
 #   (§5.)
 # - *Llama 2: Open Foundation and Fine-Tuned Chat Models.* Touvron, H., et al. (2023).
@@ -45,14 +45,46 @@
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). arXiv:2403.17031.
-#   (Reward whitening and the production table, §4.3 and §5.)
+#   (2024). Conference on Language Modeling (COLM). arXiv:2403.17031.
+#   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**
 #
 # - *CleanRL: High-quality Single-file Implementations of Deep Reinforcement Learning Algorithms.*
 #   Huang, S., et al. (2022). JMLR 23(274). github.com/vwxyzjn/cleanrl.
-# - *TRL: Transformer Reinforcement Learning.* von Werra, L., et al. (2020).
-#   github.com/huggingface/trl. (Legacy `PPOTrainer` up to 0.11; the rewritten trainer from 0.12.)
+# - *TRL: Transformers Reinforcement Learning.* von Werra, L., Belkada, Y., Tunstall, L., Beeching, E.,
+#   Thrush, T., Lambert, N., Huang, S., Rasul, K., Gallouédec, Q. (2020). github.com/huggingface/trl
+#   (title and authors as in its `CITATION.cff`). (Legacy `PPOTrainer` up to 0.11; the rewritten
+#   trainer from 0.12, in `trl.experimental.ppo` in the 1.x series up to at least 1.12.0, absent from
+#   1.16.0; the defaults of §5 are read from 1.12.0's `PPOConfig`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
-#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF.
+#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#
+# **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
+#
+# - *Batch Size-Invariance for Policy Optimization.* Hilton, J., Cobbe, K., Schulman, J. (2022).
+#   NeurIPS. arXiv:2110.00641. (Decoupled PPO: proximal and behaviour policies, §4.2 and exercise 5.)
+# - *Asynchronous RLHF: Faster and More Efficient Off-Policy RL for Language Models.* Noukhovitch, M.,
+#   et al. (2024). arXiv:2410.18252. (§4.2.)
+# - *On a Few Pitfalls in KL Divergence Gradient Estimation for RL.* Tang, Y., Munos, R. (2025).
+#   arXiv:2506.09477. (KL estimators used as losses, §5 and §6 Q1.)
+# - *DAPO: An Open-Source LLM Reinforcement Learning System at Scale.* Yu, Q., et al. (2025).
+#   arXiv:2503.14476. (Clip-higher, token-level loss, overlong shaping, no KL term, §5.)
+# - *Mastering Complex Control in MOBA Games with Deep Reinforcement Learning.* Ye, D., et al. (2020).
+#   AAAI. arXiv:1912.09729. (Dual-clip PPO, §5.)
+# - *Understanding R1-Zero-Like Training: A Critical Perspective.* Liu, Z., et al. (2025).
+#   arXiv:2503.20783. (Dr. GRPO: biases of per-response averaging and of the group std, §5.)
+# - *What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret.* Yuan, Y., Yue, Y.,
+#   Zhu, R., Fan, T., Yan, L. (2025). arXiv:2503.01491. (Value pretraining and decoupled GAE, §5.)
+#
+# **Systems** (§4)
+#
+# - *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models.* Rajbhandari, S., Rasley, J.,
+#   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
+# - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
+#   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
+#   greedy decoding for Llama models, §4.3 and §5.)
+# - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
+#   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)

@@ -1182,6 +1182,487 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "201204eb943aaf248ebe5dc361b1f36f", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### 3.7 Where $r_\phi$ comes from: a reward model trained on preferences
+#
+# Up to here the score was a program, `good_count_reward`. In RLHF it is a network $r_\phi(x, y)$
+# fitted to human judgements, and the judgement people can give reliably is a comparison: shown two
+# responses to one prompt, a rater picks the better one. The Bradley-Terry model turns that choice
+# into a likelihood. The response $y_w$ wins over $y_l$ with probability
+#
+# $$P(y_w \succ y_l \mid x) = \sigma\big(r(x, y_w) - r(x, y_l)\big),$$
+#
+# and fitting $r_\phi$ by maximum likelihood means minimising the **pairwise loss**
+#
+# $$\mathcal L(\phi) = -\,\mathbb E_{(x, y_w, y_l)}\,\log \sigma\big(r_\phi(x, y_w) - r_\phi(x, y_l)\big).$$
+#
+# This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
+# Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
+# the pipeline. Only *differences* of rewards enter the loss, so the offset (and, with a fixed
+# amount of data, the scale) of $r_\phi$ is arbitrary; lm-human-preferences therefore fixes both
+# after training, with a gain and a bias chosen so that the rewards of samples from the initial
+# policy have mean 0 and standard deviation 1 (Ziegler et al., 2019, and their code). And the
+# reward model only ever sees responses like those it was trained on: samples of the initial
+# policy. PPO then moves the policy away from exactly that distribution.
+#
+# **The toy version.** A hidden *gold* preference plays the raters: a response earns one point per
+# `good` token up to two, and loses half a point for every `good` beyond two. A little praise helps;
+# a response made of nothing but praise does not. Pairs are two samples of the initial policy for
+# the same prompt, and the first one wins with probability $\sigma(\text{gold}_a - \text{gold}_b)$, the
+# Bradley-Terry rater itself, so equal gold scores are coin flips. The reward model is the toy
+# transformer's trunk, copied from the reference LM as InstructGPT and lm-human-preferences
+# initialise theirs from the language model, with a scalar head read at the last response token.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fcd555e4a00493ada48189e885f96365", "grade": false, "grade_id": "35_reward_model-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+import statistics
+
+import torch.nn.functional as F
+
+from mlbook.posttrain.cached import load_cached
+from mlbook.posttrain.masks import validate_mask
+from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_prompts, sample
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6cba08b8c7282f65ec1241553b419f40", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+GOLD_PEAK = 2  # praise helps up to two "good" tokens; every one beyond that costs
+
+
+GOLD_SLOPE_PAST_PEAK = 0.5
+
+
+def gold_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The hidden preference the labels come from: (B, T), (B, T) -> (B,).
+
+    ``g`` = ``good`` tokens in the response; the score rises by 1 per ``good`` up to ``GOLD_PEAK``
+    and falls by ``GOLD_SLOPE_PAST_PEAK`` per ``good`` after it: a little praise is what the raters
+    like, a response that is nothing but praise is not. Samples of the near-uniform initial policy
+    almost never reach the peak, so pairs drawn from it say "more good is better" and nearly nothing
+    about what lies past the peak.
+    """
+    validate_mask(response_mask)
+    if tokens.shape != response_mask.shape:
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} and response_mask {tuple(response_mask.shape)} differ"
+        )
+    g = ((tokens == GOOD_ID).float() * response_mask).sum(dim=1)  # (B,)
+    return torch.clamp(g, max=GOLD_PEAK) - GOLD_SLOPE_PAST_PEAK * torch.clamp(g - GOLD_PEAK, min=0)
+
+
+class Pairs(NamedTuple):
+    """Preference pairs: for each prompt a chosen and a rejected response, both (N, T)."""
+
+    chosen: torch.Tensor  # (N, T) long: prompt, response, PAD
+    chosen_mask: torch.Tensor  # (N, T) float: 1 on response tokens
+    rejected: torch.Tensor  # (N, T) long
+    rejected_mask: torch.Tensor  # (N, T) float
+    gold_margin: (
+        torch.Tensor
+    )  # (N,) gold(chosen) - gold(rejected); negative where the noise flipped
+
+
+def _padded(samples, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad a sample's tokens (PAD) and mask (0) to ``length`` columns."""
+    extra = length - samples.tokens.shape[1]
+    return F.pad(samples.tokens, (0, extra), value=PAD_ID), F.pad(samples.response_mask, (0, extra))
+
+
+def preference_pairs(
+    model: nn.Module, n: int, max_new_tokens: int, generator: torch.Generator, noise: bool = True
+) -> Pairs:
+    """``n`` pairs: two responses of ``model`` per prompt, labelled by :func:`gold_reward`.
+
+    With ``noise`` the first response is preferred with probability ``sigmoid(gold_a - gold_b)``
+    (the Bradley-Terry model of a rater: ties are coin flips, a margin of 1 is right 73 % of the
+    time); without it the higher gold score wins and ties are broken at random.
+    """
+    prompts = make_prompts(n, generator)  # (N, 2)
+    length = prompts.shape[1] + max_new_tokens
+    a = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
+    b = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
+    margin = gold_reward(*a) - gold_reward(*b)  # (N,)
+    p_a = torch.sigmoid(margin) if noise else (margin > 0).float() + 0.5 * (margin == 0).float()
+    a_wins = torch.rand(n, generator=generator) < p_a  # (N,)
+    pick = a_wins.unsqueeze(1)  # (N, 1)
+    return Pairs(
+        torch.where(pick, a[0], b[0]),
+        torch.where(pick, a[1], b[1]),
+        torch.where(pick, b[0], a[0]),
+        torch.where(pick, b[1], a[1]),
+        torch.where(a_wins, margin, -margin),
+    )
+
+
+class TinyRewardModel(nn.Module):
+    """A transformer trunk, a scalar head read at the last response token: (B, T), (B, T) -> (B,).
+
+    Built from a language model (``from_lm``) as InstructGPT and LMHP build theirs: the LM's trunk,
+    its unembedding replaced by a linear head with one output.
+    """
+
+    def __init__(self, trunk: TinyTransformer) -> None:
+        super().__init__()
+        self.trunk = trunk
+        d = trunk.cfg.d_model
+        self.head = nn.Linear(d, 1)
+        nn.init.normal_(self.head.weight, std=1 / math.sqrt(d + 1))  # LMHP's reward-head init
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_lm(cls, lm: TinyCausalLM) -> TinyRewardModel:
+        return cls(copy.deepcopy(lm.trunk).requires_grad_(True))
+
+    def forward(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 2 or tokens.shape != response_mask.shape:
+            raise ValueError(
+                "expected tokens and response_mask of the same (B, T) shape, got "
+                f"{tuple(tokens.shape)} and {tuple(response_mask.shape)}"
+            )
+        hidden = self.trunk(tokens)  # (B, T, d)
+        last = last_response_index(response_mask)  # (B,) column of the last response token
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        return self.head(hidden[rows, last]).squeeze(-1)  # (B,)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "834452166733d6eaa7b14b2ba6fab7a8", "grade": false, "grade_id": "35_reward_model-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# A few pairs of the kind the reward model is trained on, drawn from this chapter's reference
+# model (the initial policy), with their gold scores and the label the noisy rater gave:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d75e1145d021bd14ac94b77f0baec7d6", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_pairs = preference_pairs(ref, 6, 8, torch.Generator().manual_seed(3))
+rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
+rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
+for i in range(len(rm_pairs.chosen)):
+    print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
+    print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
+print(f"in {int((rm_pairs.gold_margin < 0).sum())} of these {len(rm_pairs.chosen)} pairs the rater "
+      f"preferred the response with the lower gold score")  # fmt: skip
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "89b94ac0c729382f2b1c35503adcc92d", "grade": false, "grade_id": "35_reward_model-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Exercise (extra credit).** Write `pairwise_loss(r_chosen, r_rejected)`: the mean over pairs of
+# $-\log\sigma(r_{\text{chosen}} - r_{\text{rejected}})$, as a scalar tensor with gradient. Make it
+# numerically stable: a reward model that is confidently wrong on a pair has a margin of $-100$ or
+# less, where $\sigma$ underflows to 0 in float32 and $\log$ of it is $-\infty$. PyTorch has the
+# stable form built in.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02f78cb77ee04ff03f163cd8a54a6f41", "grade": false, "grade_id": "35_reward_model-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def validate_pair_rewards(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> None:
+    """Both 1-D floating tensors of the same length N (one reward per pair), all finite."""
+    for name, r in (("r_chosen", r_chosen), ("r_rejected", r_rejected)):
+        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.dim() != 1:
+            shape = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
+            raise ValueError(f"{name} must be a 1-D floating tensor (N,), got {shape}")
+        if not torch.isfinite(r).all():
+            raise ValueError(f"{name} contains NaN or inf")
+    if r_chosen.shape != r_rejected.shape:
+        raise ValueError(
+            f"one reward per pair: r_chosen {tuple(r_chosen.shape)} vs r_rejected "
+            f"{tuple(r_rejected.shape)}"
+        )
+
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "4f526b1d255b8b300728cd6d899b32d5", "grade": false, "grade_id": "ex_pairwise_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def pairwise_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    """Bradley-Terry negative log-likelihood ``mean_i -log sigmoid(r_chosen_i - r_rejected_i)``.
+
+    Args:
+        r_chosen: (N,) reward of the preferred response of each pair.
+        r_rejected: (N,) reward of the other response.
+    Returns:
+        A scalar tensor with gradient to both inputs, finite for any finite margin.
+    """
+    validate_pair_rewards(r_chosen, r_rejected)
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your implementation")
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9500b5818e413eff68083d35ba875156", "grade": false, "grade_id": "35_reward_model-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Check (not graded): equal rewards give log 2, a margin of m gives log(1 + e^-m), large margins stay finite.
+rm_even = pairwise_loss(torch.zeros(4), torch.zeros(4))
+assert abs(float(rm_even) - math.log(2)) < 1e-6, (
+    f"equal rewards should cost log 2 = 0.693, got {float(rm_even):.4f}"
+)
+rm_m = torch.tensor([1.0, -2.0])
+rm_want = (math.log1p(math.exp(-1.0)) + math.log1p(math.exp(2.0))) / 2
+rm_got = pairwise_loss(rm_m, torch.zeros(2))
+assert abs(float(rm_got) - rm_want) < 1e-5, (
+    f"margins +1 and -2 should cost {rm_want:.4f} on average, got {float(rm_got):.4f}: check the sign "
+    "of the margin and that you average over pairs"
+)
+rm_far = pairwise_loss(torch.tensor([0.0]), torch.tensor([150.0]))
+assert torch.isfinite(rm_far) and abs(float(rm_far) - 150.0) < 1e-3, (
+    f"a margin of -150 should cost 150, got {float(rm_far)}: use a stable log-sigmoid"
+)
+print(
+    f"equal rewards: {float(rm_even):.4f} (log 2 = {math.log(2):.4f}); margins +1, -2: {float(rm_got):.4f}"
+)
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "cf8ac6b04daf39d249ca04f4e095fdc4", "grade": true, "grade_id": "ex_pairwise_loss_test", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Graded (1 point, extra credit): value and gradient against a loop over pairs, in float32 and float64,
+# for several batch sizes; a large margin stays finite; the inputs are left as they were.
+_loss = pairwise_loss(torch.tensor([0.5, -0.5]), torch.tensor([0.0, 0.0]))
+assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
+    "pairwise_loss must return a scalar tensor"
+)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dcc0c47e5bb06259d2766198c716f392", "grade": false, "grade_id": "35_reward_model-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Training it.** `train_reward_model` samples 2,048 training pairs and 1,024 held-out pairs from
+# the initial policy, fits the model with full-batch Adam on the reference `pairwise_loss`, and
+# then fits the gain and bias on 1,024 fresh samples. One seed takes about 15 s of CPU, so the
+# three seeds of this section, and the PPO runs against each of them below, were run once by
+# `python -m mlbook_solutions.reward_model --refresh` and are read from the library's cache
+# (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
+# float64 rerun that the tests repeat. The code is the chapter's own:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0443f004dded51961b389a718dd3a21f", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+@dataclasses.dataclass(kw_only=True)
+class RMConfig:
+    """Everything that sets the reward model and the PPO runs against it."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """One reward model and one PPO run per seed per beta."""
+    train_pairs: int = 2048
+    """Preference pairs the RM is trained on (sampled from the initial policy)."""
+    heldout_pairs: int = 1024
+    """Pairs it is evaluated on, from the same distribution."""
+    rm_steps: int = 40
+    """Full-batch Adam steps on the pairwise loss."""
+    rm_lr: float = 2e-3
+    """Adam learning rate of the reward model."""
+    norm_samples: int = 1024
+    """Samples of the initial policy the gain and bias are fitted on."""
+    betas: tuple[float, ...] = (0.01, 0.1, 0.3)
+    """Fixed KL coefficients of the PPO runs (no controller: the KL is free to grow)."""
+    ppo_steps: int = 60
+    """PPO steps per run."""
+    batch: int = 64
+    """Prompts per PPO step."""
+
+
+@dataclasses.dataclass
+class TrainedRM:
+    """A trained reward model, its normalisation, and what was measured while fitting it."""
+
+    model: TinyRewardModel
+    gain: float
+    bias: float
+    loss: list[float]  # pairwise loss per training step
+    heldout_loss: float
+    heldout_accuracy: float  # agreement with the noisy held-out labels
+    gold_accuracy: float  # agreement with the noiseless gold order, pairs with different gold
+
+    def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        """The normalised reward ``gain * r_phi + bias`` (no gradient): a ``reward_fn``."""
+        with torch.no_grad():
+            return self.gain * self.model(tokens, response_mask) + self.bias
+
+
+def train_reward_model(seed: int, cfg: RMConfig = RM_RUN) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it."""
+    policy = build_models(seed).policy  # a copy of the reference: the initial policy
+    gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
+    n_new = CHAPTER_RUN.max_new_tokens
+    train = preference_pairs(policy, cfg.train_pairs, n_new, gen)
+    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen)
+    torch.manual_seed(seed)
+    rm = TinyRewardModel.from_lm(policy)
+    opt = torch.optim.Adam(rm.parameters(), lr=cfg.rm_lr)
+    losses = []
+    for _ in range(cfg.rm_steps):
+        loss = pairwise_loss(
+            rm(train.chosen, train.chosen_mask), rm(train.rejected, train.rejected_mask)
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        r_c, r_r = (
+            rm(heldout.chosen, heldout.chosen_mask),
+            rm(heldout.rejected, heldout.rejected_mask),
+        )
+        decided = heldout.gold_margin != 0
+        gold_acc = float(((r_c > r_r) == (heldout.gold_margin > 0))[decided].float().mean())
+        # LMHP: gain and bias so that rewards of the initial policy's samples have mean 0, std 1
+        norm = sample(policy, make_prompts(cfg.norm_samples, gen), n_new, END_ID, generator=gen)
+        raw = rm(norm.tokens, norm.response_mask)  # (norm_samples,)
+        gain = 1.0 / float(raw.std())
+        bias = -gain * float(raw.mean())
+    return TrainedRM(
+        rm.requires_grad_(False),
+        gain,
+        bias,
+        losses,
+        float(pairwise_loss(r_c, r_r)),
+        float((r_c > r_r).float().mean()),
+        gold_acc,
+    )
+
+
+class GoldLogger:
+    """A ``reward_fn``: returns the proxy's scores, logs the gold score of the same samples."""
+
+    def __init__(self, proxy) -> None:
+        self.proxy, self.gold, self.length = proxy, [], []
+
+    def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        self.gold.append(float(gold_reward(tokens, response_mask).mean()))
+        return self.proxy(tokens, response_mask)
+
+
+def overoptimisation_run(seed: int, beta: float, rm: TrainedRM, steps: int, batch: int) -> dict:
+    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold,
+    KL and response length."""
+    policy, ref, critic, prompts, gen = build_models(seed, batch)
+    logger = GoldLogger(rm)
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=beta, kl_target=None)
+    history = train_ppo(policy, ref, critic, prompts, logger, END_ID, cfg, generator=gen)
+    return dict(
+        seed=seed,
+        beta=beta,
+        proxy=[h.reward for h in history],
+        gold=logger.gold,
+        kl=[h.kl for h in history],
+        length=[h.response_len for h in history],
+    )
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "36375c885ee8d5bc134a34fe59e5f165", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+rm_results = load_cached("reward_model")
+rm_cfg = rm_results["config"]
+for seed, r in rm_results["rms"].items():
+    print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
+          f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
+          f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
+          f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}")  # fmt: skip
+rm_noise_ceiling = 1 / (1 + math.exp(-1.0))  # sigmoid(1)
+print(f"a rater who prefers the better of two responses one gold point apart does so "
+      f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8b6467b5b076822e248356e89bd350f1", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
+# near 60 %: most pairs of the initial policy tie on gold (no `good` token in either response), and
+# a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
+# where gold differs, the model is right almost every time. On the distribution it was trained on,
+# this is a good reward model.
+#
+# ### 3.8 Optimising a learned reward: over-optimisation, measured
+#
+# Now run the chapter's PPO against the *normalised learned* reward instead of the program, with a
+# fixed $\beta$ and no controller, so that the KL is free to grow, and log the gold score of the
+# very samples the proxy scored (`GoldLogger`). Gao, Schulman and Hilton (2023) did this at scale,
+# with a large "gold" reward model labelling the data for smaller proxies, and found the same shape
+# every time: as the policy moves away from its start, measured by $\sqrt{\mathrm{KL}}$, the proxy
+# reward keeps rising while the gold reward rises, peaks and falls. The figure shows every step of
+# every run (three reward models, one per seed, three values of $\beta$).
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8d8ddd70fb2726168d166d54357f00c1", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def summarise(results: dict) -> dict:
+    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL."""
+    out = {}
+    for beta, runs in results["runs"].items():
+        peak = [max(range(len(r["gold"])), key=r["gold"].__getitem__) for r in runs]
+        out[beta] = dict(
+            gold_start=statistics.fmean(r["gold"][0] for r in runs),
+            gold_peak=statistics.fmean(r["gold"][i] for r, i in zip(runs, peak, strict=True)),
+            kl_at_peak=statistics.fmean(r["kl"][i] for r, i in zip(runs, peak, strict=True)),
+            gold_final=statistics.fmean(statistics.fmean(r["gold"][-5:]) for r in runs),
+            proxy_final=statistics.fmean(statistics.fmean(r["proxy"][-5:]) for r in runs),
+            kl_final=statistics.fmean(statistics.fmean(r["kl"][-5:]) for r in runs),
+            length_final=statistics.fmean(statistics.fmean(r["length"][-5:]) for r in runs),
+        )
+    rms = results["rms"].values()
+    out["rm"] = dict(
+        heldout_accuracy=statistics.fmean(r["heldout_accuracy"] for r in rms),
+        gold_accuracy=statistics.fmean(r["gold_accuracy"] for r in rms),
+    )
+    return out
+
+
+def plot_overoptimisation(results: dict):
+    """Gold and proxy reward of every step against sqrt(KL), one colour per beta, all seeds."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, (beta, runs) in enumerate(results["runs"].items()):
+        color = ("C0", "C3", "C2", "C1")[i % 4]
+        for j, r in enumerate(runs):
+            x = [math.sqrt(max(k, 0.0)) for k in r["kl"]]
+            ax.plot(x, r["proxy"], "--", color=color, lw=1, alpha=0.8,
+                    label=f"proxy (learned RM), beta {beta}" if j == 0 else None)  # fmt: skip
+            ax.plot(x, r["gold"], "-", color=color, lw=1.5,
+                    label=f"gold, beta {beta}" if j == 0 else None)  # fmt: skip
+    ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
+    ax.set_ylabel("mean reward of the step's samples")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+rm_summary = summarise(rm_results)
+print(f"{'beta':>6} {'gold start':>10} {'gold peak':>9} {'KL at peak':>10} {'gold end':>8} "
+      f"{'proxy end':>9} {'KL end':>6} {'length end':>10}")  # fmt: skip
+for beta in rm_cfg["betas"]:
+    s = rm_summary[str(beta)]
+    print(f"{beta:>6g} {s['gold_start']:>10.2f} {s['gold_peak']:>9.2f} {s['kl_at_peak']:>10.2f} "
+          f"{s['gold_final']:>8.2f} {s['proxy_final']:>9.2f} {s['kl_final']:>6.2f} "
+          f"{s['length_final']:>10.2f}")  # fmt: skip
+rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
+print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
+      f"{rm_summary[rm_low]['gold_final']:.2f} while the proxy ends at {rm_summary[rm_low]['proxy_final']:.2f} "
+      f"standard deviations above the initial policy")  # fmt: skip
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "611677ea20296f320261b7630ec1020e", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+show(
+    plot_overoptimisation(rm_results),
+    alt="Scatter of lines: gold reward (solid) and learned proxy reward (dashed) against the square "
+    "root of the KL to the reference, for every PPO step of three seeds at three fixed betas. The "
+    "proxy rises steadily with the square root of KL; the gold reward rises at first, peaks at a "
+    "small KL and falls well below its starting value for the smallest beta, which reaches the "
+    "largest KL; the largest beta stays at small KL near the gold peak.",
+)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c3f771cda8e7252c72ded632ddf4327", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# What the runs show (the cell above prints the numbers):
+#
+# - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
+#   every position. The proxy calls that the best response it has seen, several standard deviations
+#   above the initial policy, while the gold score ends well below where it *started*. The reward
+#   model was never wrong about the data it saw; it was asked about responses far outside it, where
+#   "more `good` is better" was an extrapolation.
+# - **Gold peaks at a small KL.** Along each run gold rises while $\sqrt{\mathrm{KL}}$ is small and
+#   falls past a peak, the shape Gao et al. fit with $d(\alpha - \beta_{\text{RL}} d)$ in
+#   $d = \sqrt{\mathrm{KL}}$. The KL fee is what holds a run near that peak: the largest $\beta$ stops
+#   at a small KL and keeps most of the gold gain. This is the reason the chapter's KL term exists,
+#   measured.
+# - **Length rides along.** Every run also pushes its responses to the maximum length (the last
+#   column; the initial policy's mean length is printed below). On the toy that is partly
+#   legitimate: on the initial policy's samples, longer responses have more room for the `good`
+#   tokens gold pays for, so length and gold are correlated in the very data the reward model learns
+#   from (the cell below measures the correlation). A reward model cannot tell a feature that
+#   *causes* preference from one that merely travels with it. Singhal et al. (2023) measured this
+#   confound in real RLHF: on standard preference datasets much of PPO's reward gain comes from
+#   longer outputs, and optimising for length alone recovers most of it.
+#
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b7b0156fdf9a581a3aa99af0621e4670", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_init = sample(ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
+                 generator=torch.Generator().manual_seed(6))  # fmt: skip
+rm_len = rm_init.response_mask.sum(1)  # (1024,)
+rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
+rm_corr = torch.corrcoef(torch.stack([rm_len, rm_gold]))[0, 1]
+rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values() for r in runs)
+print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
+      f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f6110d7f6a95900298b211a30af323b6", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
+# stop), reward models trained on fresh samples of the current policy, ensembles whose disagreement
+# flags extrapolation, and explicit length control.
+
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "57a4c92db2254760b9e2db4e3ce542f9", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
 #
@@ -1334,7 +1815,7 @@ n_resp = split["response_tokens"]
 print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c48492cac9883e73b7a725a17e6b2cd", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "62dc9c827068436d8aebc86f9c6fe0bc", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # At eight tokens the update dominates. Before changing the response length, fix the sampler.
 #
 # **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
@@ -1342,10 +1823,19 @@ print(format_time_split(split))
 # passes, and a response of $n$ tokens about $n^2/2$. Yet in a causal model the keys and values of
 # earlier positions never change when a token is appended. A KV cache keeps them, one
 # $(B, H, t, d/H)$ pair per layer: the prompt runs once (the *prefill*), then each step feeds only
-# the newest token, appends its key and value, and lets its query attend over the cache. Every
+# the newest token, stores its key and value, and lets its query attend over the cache. Every
 # production sampler works this way. `sample(..., use_cache=True)` is the toy's version; with the
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
+#
+# *How* the cache grows matters as much as having one. Appending with `torch.cat` allocates a new
+# tensor one position longer and copies the whole cache into it at every step, so the copies alone
+# cost $O(n^2)$ bytes again. `KVCache` instead allocates each layer's buffers once, for every
+# position the call can reach ($P + n$), writes each new key and value into the next free column,
+# and hands attention a view of the filled part. The sampler's own tokens, mask and log-probs are
+# preallocated the same way. (Paged attention in vLLM goes one step further and allocates the cache
+# in fixed-size blocks on demand, so that rows of different lengths waste no memory; Kwon et al.,
+# 2023.)
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4a84c177ba0a5607efeaf82cb6349b26", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.toy_lm import sample
@@ -1357,14 +1847,45 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "04fc06d40b23a02ce59345cf7c2df35e", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d38b6df3ca76ed9696986dcef17ed678", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **How fast can a cache make sampling?** Two bounds, one from counting and one from the clock. The
+# naive sampler's step $t$ processes all $t$ positions, the cached one a single position, so for a
+# prompt of $P$ tokens and $n$ new ones the naive sampler does $\sum_{t=P}^{P+n-1} t / n = P + (n-1)/2$
+# times the token passes. That would be the speed-up if time were proportional to work. It is not on
+# the toy: each decode step also pays a fixed cost (Python, operator dispatch, the sampling itself)
+# that no cache removes. The honest bound is therefore measured: a sampler whose every step is a
+# forward pass over **one** token and nothing else (it attends to no past, so its samples are
+# meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
+# one and that floor at batch 64 and 64 new tokens (a warm-up run, then the median of three), and
+# prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
+# with more repeats.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e7eb728f6a526bb62c0a788977a514eb", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+kv_P, kv_n = prompts.shape[1], 64
+kv_work_bound = sum(range(kv_P, kv_P + kv_n)) / kv_n
+print(
+    f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
+)
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5d093d50bcac96b3e54f5923ba4a0bf7", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from mlbook.posttrain.systems import time_samplers
+from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
+
+kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
+kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
+print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
+      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a warm-up)")  # fmt: skip
+print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
+      f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d3b0e7f30568cac9545307b63a48e955", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
 # for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
 # quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e2a81ee5e599a277b9e2e9a7ff6460d8", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4b0755eb89260828982eb5aeb887ff65", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -1379,7 +1900,7 @@ for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1fe28eb47c2784d26ad7a8fe00f179bc", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2d32fb65973b23ab939387d7fd138caa", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -1396,7 +1917,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5ad2908826e22ed6b45b3cff2b24c25", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ebd9a85b87e6fb922583486a6e13c1d7", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 import io
 
 from IPython.display import Image
@@ -1456,7 +1977,7 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d35da288a87a614f9513ac73e9ffb651", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "367962c931aa3587f34b2141fd40dd22", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
@@ -1484,7 +2005,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5476267b7ec416877ba92ad95af3f3b4", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "08bea113f84df27436a2592b4161c2cd", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
@@ -1513,7 +2034,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "110250ecefa15d9e5082400b620efb0b", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a409ea4a99f3efa8f0f378bf39486e85", "grade": false, "grade_id": "40_systems-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -1592,6 +2113,218 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap | Pairs only, limited compute, or very large models (Llama 3's choice) |
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9f6db2fea6664f04145b0a328e7c473c", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
+#
+# In §3 the critic has one job: a baseline $V(s_t)$ that lowers the variance of the advantage
+# without biasing it. It costs a second trained network (16 bytes per parameter in §4.1's
+# accounting) and a second forward and backward pass per epoch. When every prompt gets several
+# samples, the other samples of the same prompt provide a baseline for free, and two methods built
+# on that idea are now common:
+#
+# - **RLOO** (REINFORCE leave-one-out; Ahmadian et al., 2024): draw $k$ responses per prompt, and
+#   give response $i$ the advantage $A_i = R_i - \frac{1}{k-1}\sum_{j \ne i} R_j$. The baseline does
+#   not contain $R_i$, so it stays unbiased; $A_i$ applies to every token of the response. The
+#   authors report that it matches or beats PPO on their RLHF benchmarks at a fraction of the cost.
+# - **GRPO** (Shao et al., 2024, DeepSeekMath): the same groups, with the group's mean subtracted
+#   **and its standard deviation divided out**, $A_i = (R_i - \operatorname{mean}_j R_j)/\operatorname{std}_j R_j$,
+#   so every prompt contributes advantages of unit scale whether its rewards spread widely or
+#   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
+#   than in the reward.
+#
+# The comparison below changes only the advantage. All three arms draw 64 responses per step (GAE:
+# 64 prompts; RLOO and GRPO: 16 prompts, $k = 4$ each), pay the same per-token KL fee in the reward
+# with a fixed $\beta = 0.3$ (so GRPO's KL sits in the reward here, not in its loss), and update
+# with the same clipped surrogate, epochs and learning rate. Each arm runs for 40 steps on three
+# seeds; the sweep is cached like §3.8's.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e4a9ec855773c98053d193a5823e214e", "grade": false, "grade_id": "45_critic_free-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def _validate_groups(returns: torch.Tensor, k: int) -> None:
+    if returns.dim() != 1 or not returns.is_floating_point():
+        raise ValueError(f"returns must be a 1-D float tensor (B,), got {tuple(returns.shape)}")
+    if k < 2 or returns.shape[0] % k:
+        raise ValueError(
+            f"need k >= 2 samples per prompt and B divisible by k, got B={returns.shape[0]}, k={k}"
+        )
+
+
+def rloo_advantages(returns: torch.Tensor, k: int) -> torch.Tensor:
+    """Leave-one-out baseline: (B,) -> (B,), rows grouped as k consecutive samples per prompt.
+
+    ``A_i = R_i - mean_{j != i} R_j`` over the other samples of the same prompt, which equals
+    ``k / (k - 1) * (R_i - mean_j R_j)``: unbiased, because the baseline does not use R_i.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    others = (r.sum(dim=1, keepdim=True) - r) / (k - 1)  # (B/k, k) mean of the other k - 1
+    return (r - others).reshape(-1)  # (B,)
+
+
+def grpo_advantages(returns: torch.Tensor, k: int, eps: float = 1e-6) -> torch.Tensor:
+    """Group-normalised return: (B,) -> (B,), ``(R_i - mean_group) / (std_group + eps)``.
+
+    The std is the unbiased sample std of the group, as in the DeepSeekMath code (``torch.std``);
+    a group whose returns are all equal gets advantage 0 everywhere.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    mean, std = r.mean(dim=1, keepdim=True), r.std(dim=1, keepdim=True)  # (B/k, 1) each
+    return ((r - mean) / (std + eps)).reshape(-1)  # (B,)
+
+
+def sequence_returns(scores: torch.Tensor, roll: dict, beta: float) -> torch.Tensor:
+    """Score minus the KL fee summed over the response: (B,). Equal to the sum of the chapter's
+    shaped rewards over the response (gamma = 1)."""
+    validate_mask(roll["mask"])
+    log_ratio = (roll["logp_old"] - roll["logp_ref"]) * roll["mask"]  # (B, T-1)
+    return scores.to(log_ratio.dtype) - beta * log_ratio.sum(dim=1)  # (B,)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "009f01294f547e04527ae284f1adfc7e", "grade": false, "grade_id": "45_critic_free-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# One group of four responses to the same prompt, to see what each baseline does with it:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8f60d17cd7efad2058cde155fc2a55ab", "grade": false, "grade_id": "45_critic_free-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+cf_group = torch.tensor([3.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # returns of k = 4 samples
+print("returns:                  ", cf_group.tolist())
+print("RLOO advantages:          ", [round(a, 3) for a in rloo_advantages(cf_group, 4).tolist()])
+print("GRPO advantages:          ", [round(a, 3) for a in grpo_advantages(cf_group, 4).tolist()])
+print("RLOO / (R - group mean):  ", round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
+      "= k / (k - 1)")  # fmt: skip
+print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
+      "(no signal, no update)")  # fmt: skip
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6afc8d6f4dd861f3cbf6e151555e5aec", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
+    """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
+    averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
+    reward averaged over the first ``first`` steps; ``wobble``: the std of the reward over the
+    last 20 steps (how much it still swings from step to step); seconds per run; the bytes of the
+    critic's weights and of its gradients plus Adam state (0 without a critic)."""
+    beta, out = results["config"]["beta"], {}
+    for arm, runs in results["runs"].items():
+        rew = [statistics.fmean(r["reward"][-last:]) for r in runs]
+        kls = [statistics.fmean(r["kl"][-last:]) for r in runs]
+        obj = [r - beta * k for r, k in zip(rew, kls, strict=True)]
+        out[arm] = dict(
+            early=statistics.fmean(statistics.fmean(r["reward"][:first]) for r in runs),
+            wobble=statistics.fmean(statistics.pstdev(r["reward"][-20:]) for r in runs),
+            reward=statistics.fmean(rew), reward_min=min(rew), reward_max=max(rew),
+            kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
+            objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
+            seconds=statistics.fmean(r["seconds"] for r in runs),
+            critic_bytes=runs[0]["critic_bytes"],
+            critic_train_bytes=runs[0]["critic_state_bytes"],
+        )  # fmt: skip
+    return out
+
+
+def format_table(summary: dict, beta: float) -> str:
+    """A Markdown table, one row per arm; ranges are min-max over seeds."""
+    lines = [
+        f"| advantage | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
+        "| reward std, last 20 steps | s per run | critic weights | critic grads + Adam |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm.upper()} | {s['early']:.2f} "
+            f"| {s['reward']:.2f} ({s['reward_min']:.2f}-{s['reward_max']:.2f}) "
+            f"| {s['kl']:.2f} ({s['kl_min']:.2f}-{s['kl_max']:.2f}) "
+            f"| {s['objective']:.2f} ({s['objective_min']:.2f}-{s['objective_max']:.2f}) "
+            f"| {s['wobble']:.2f} "
+            f"| {s['seconds']:.1f} | {s['critic_bytes'] / 1e3:.0f} kB "
+            f"| {s['critic_train_bytes'] / 1e3:.0f} kB |"
+        )
+    return "\n".join(lines)
+
+
+def plot_arms(results: dict):
+    """Reward and KL per step, mean over seeds with a min-max band, one colour per arm."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for arm, color in zip(ARMS, ("C0", "C3", "C2"), strict=True):
+        runs = results["runs"][arm]
+        for ax, field in zip(axes, ("reward", "kl"), strict=True):
+            data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
+            steps = range(1, data.shape[1] + 1)
+            ax.plot(
+                steps,
+                data.mean(0),
+                color=color,
+                lw=1.5,
+                label=f"{arm.upper()} ({data.shape[0]} seeds)",
+            )
+            ax.fill_between(
+                steps, data.min(0).values, data.max(0).values, color=color, alpha=0.2, lw=0
+            )
+    axes[0].set_title("mean reward (good tokens)", fontsize=10)
+    axes[1].set_title("KL to the reference (per sequence)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step (64 samples each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+ARMS = ("gae", "rloo", "grpo")
+
+
+cf_results = load_cached("critic_free")
+cf_beta = cf_results["config"]["beta"]
+cf_summary = summarise(cf_results)
+display(Markdown(format_table(cf_summary, cf_beta)))
+cf_obj = [s["objective"] for s in cf_summary.values()]
+print(
+    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three arms"
+)
+print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
+      f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
+      f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
+cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
+    cf_summary[a]["seconds"] for a in ("rloo", "grpo")
+)
+print(
+    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x as long as a critic-free one"
+)
+print(
+    f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
+)
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4384981056663720bac62db8628861c6", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+show(
+    plot_arms(cf_results),
+    alt="Two panels over 40 steps, mean of three seeds with min-max bands: reward (left) and KL to "
+    "the reference (right) for GAE with a critic, RLOO and GRPO. The three reward curves rise "
+    "together from about 0.5 to about 5 good tokens within 15 steps and then overlap; the KL curves "
+    "rise to about 10 nats and overlap too.",
+)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9569f792c2093afedd6aaac4e043dce", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Where each wins, on this measurement (the table and the cell above give the numbers):
+#
+# - **Final quality: a tie.** With the same samples and the same KL fee, the three arms end at the
+#   same reward, KL and regularised objective, within the spread over seeds. The toy's reward is
+#   one number at the end of at most eight tokens, with nothing for token-level credit to find, so
+#   a learned $V(s_t)$ has little to add over a group baseline.
+# - **Speed per sample: no clear winner.** GAE's mean reward over the first ten steps is a little
+#   higher, but not on every seed: the spread over three seeds is as large as the gap. Whatever
+#   extra information the critic's per-token values carry, this task does not reward it.
+# - **Cost: RLOO and GRPO, clearly.** Without the critic a run is much cheaper in wall time (no
+#   critic forward, backward or optimiser step; the cell prints the ratio, and every seed agrees)
+#   and the critic's weights, gradients and Adam state are gone; at 7B that is the 112 GB the cell
+#   prints.
+#
+# What the toy cannot settle is how the estimators compare on long responses with informative
+# intermediate tokens, where a good critic can assign credit inside a response and a sequence-level
+# advantage cannot; GRPO's per-group normalisation also changes how much each prompt counts, a choice
+# this task with equal-difficulty prompts does not test. Published comparisons need the same care
+# as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
+# benchmarks, so a weak result for any method may be a weakly tuned baseline.
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "097457054fb04ca5345bd7a585fbe9b5", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production

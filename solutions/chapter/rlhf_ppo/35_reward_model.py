@@ -167,17 +167,32 @@ show(
 #   above the initial policy, while the gold score ends well below where it *started*. The reward
 #   model was never wrong about the data it saw; it was asked about responses far outside it, where
 #   "more `good` is better" was an extrapolation.
-# - **Gold peaks at a small KL.** Along each run gold rises while $\sqrt{\mathrm{KL}}$ is small and
-#   falls past a peak, the shape Gao et al. fit with $d(\alpha - \beta_{\text{RL}} d)$ in
-#   $d = \sqrt{\mathrm{KL}}$. The KL fee is what holds a run near that peak: the largest $\beta$ stops
-#   at a small KL and keeps most of the gold gain. This is the reason the chapter's KL term exists,
+# - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
+#   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
+#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$).
+#   The KL fee is what holds a run near that peak: the largest $\beta$ stops at a small KL and
+#   keeps most of the gold gain. This is the reason the chapter's KL term exists,
 #   measured.
-# - **Length is the cheapest feature to exploit.** The responses also grow to the maximum length.
-#   Singhal et al. (2023) found the same in real RLHF: much of the reward gain of PPO on standard
-#   preference data is explained by longer outputs, and a policy optimised for length alone
-#   recovers most of it. The toy's proxy likes long responses for the same reason theirs does: on
-#   its training data, longer responses contained more of what the raters liked.
+# - **Length rides along.** Every run also pushes its responses to the maximum length (the last
+#   column; the initial policy's mean length is printed below). On the toy that is partly
+#   legitimate: on the initial policy's samples, longer responses have more room for the `good`
+#   tokens gold pays for, so length and gold are correlated in the very data the reward model learns
+#   from (the cell below measures the correlation). A reward model cannot tell a feature that
+#   *causes* preference from one that merely travels with it. Singhal et al. (2023) measured this
+#   confound in real RLHF: on standard preference datasets much of PPO's reward gain comes from
+#   longer outputs, and optimising for length alone recovers most of it.
 #
+# %%
+rm_init = sample(ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
+                 generator=torch.Generator().manual_seed(6))  # fmt: skip
+rm_len = rm_init.response_mask.sum(1)  # (1024,)
+rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
+rm_corr = torch.corrcoef(torch.stack([rm_len, rm_gold]))[0, 1]
+rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values() for r in runs)
+print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
+      f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
+
+# %% [markdown]
 # The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
 # stop), reward models trained on fresh samples of the current policy, ensembles whose disagreement
 # flags extrapolation, and explicit length control.

@@ -76,11 +76,13 @@ show(
 #   same reward, KL and regularised objective, within the spread over seeds. The toy's reward is
 #   one number at the end of at most eight tokens, with nothing for token-level credit to find, so
 #   a learned $V(s_t)$ has little to add over a group baseline.
-# - **Speed per sample: GAE, slightly.** GAE's reward is a little higher over the first ten steps,
-#   the only place its extra information shows.
-# - **Cost: RLOO and GRPO, clearly.** Without the critic a step is much cheaper in wall time (no
-#   critic forward, backward or optimiser step) and the critic's weights, gradients and Adam state
-#   are gone; at 7B that is the 112 GB line the cell prints.
+# - **Speed per sample: no clear winner.** GAE's mean reward over the first ten steps is a little
+#   higher, but not on every seed: the spread over three seeds is as large as the gap. Whatever
+#   extra information the critic's per-token values carry, this task does not reward it.
+# - **Cost: RLOO and GRPO, clearly.** Without the critic a run is much cheaper in wall time (no
+#   critic forward, backward or optimiser step; the cell prints the ratio, and every seed agrees)
+#   and the critic's weights, gradients and Adam state are gone; at 7B that is the 112 GB the cell
+#   prints.
 #
 # What the toy cannot settle is how the estimators compare on long responses with informative
 # intermediate tokens, where a good critic can assign credit inside a response and a sequence-level

@@ -191,6 +191,7 @@ def test_claims_of_the_prose(results):
     for beta in results["runs"]:  # every run: gold rises first, length grows to the max
         assert s[beta]["gold_peak"] > s[beta]["gold_start"] + 0.5
         assert s[beta]["length_final"] > 7.9
+        assert 2 < s[beta]["kl_at_peak"] < 6  # "peaking at a few nats"
     # smallest beta: gold ends below where it started while the proxy keeps rising
     assert s[low]["gold_final"] < s[low]["gold_start"] < s[low]["gold_peak"]
     for r in results["runs"][low]:

@@ -184,3 +184,17 @@ def test_cache_rejects_mismatched_keys():
         cache.extend(0, k.double(), k.double())
     with pytest.raises(ValueError, match=">= 1"):
         KVCache(0, 4)
+
+
+def test_time_samplers_reports_three_medians_without_asserting_speed():
+    """`make bench` and §4.2 time the samplers with it; speed itself is measured there, not here."""
+    from mlbook.posttrain.systems import time_samplers
+
+    model = peaked_model(11)
+    prompts = make_prompts(4, torch.Generator().manual_seed(11))
+    secs = time_samplers(model, prompts, 4, repeats=1, warmup=0)
+    assert set(secs) == {"naive", "cached", "floor"} and all(s > 0 for s in secs.values())
+    with pytest.raises(ValueError, match="max_len"):
+        time_samplers(model, prompts, model.cfg.max_len, repeats=1)
+    with pytest.raises(ValueError, match="repeats"):
+        time_samplers(model, prompts, 4, repeats=0)

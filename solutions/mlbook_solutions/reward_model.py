@@ -140,7 +140,8 @@ class TinyRewardModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_lm(cls, lm: TinyCausalLM) -> TinyRewardModel:
+    def from_lm(cls, lm: TinyCausalLM):  # no return annotation: the notebook has no __future__
+        """A reward model whose trunk is a trainable copy of ``lm``'s."""
         return cls(copy.deepcopy(lm.trunk).requires_grad_(True))
 
     def forward(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

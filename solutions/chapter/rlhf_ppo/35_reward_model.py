@@ -46,7 +46,7 @@ from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_promp
 # model (the initial policy), with their gold scores and the label the noisy rater gave:
 
 # %%
-rm_pairs = preference_pairs(ref, 6, 8, torch.Generator().manual_seed(3))
+rm_pairs = preference_pairs(build_models(seed=0).ref, 6, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
 for i in range(len(rm_pairs.chosen)):
@@ -98,17 +98,21 @@ assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
 # %% [markdown]
 # **Training it.** `train_reward_model` samples 2,048 training pairs and 1,024 held-out pairs from
 # the initial policy, fits the model with full-batch Adam on the reference `pairwise_loss`, and
-# then fits the gain and bias on 1,024 fresh samples. One seed takes about 15 s of CPU, so the
-# three seeds of this section, and the PPO runs against each of them below, were run once by
+# then fits the gain and bias on 1,024 fresh samples. The three seeds of this section and the PPO
+# runs against each of their reward models take a minute or two of CPU (the cell prints how long
+# they took when the cache was written), too long for a notebook cell, so they were run once by
 # `python -m mlbook_solutions.reward_model --refresh` and are read from the library's cache
 # (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
 # float64 rerun that the tests repeat. The code is the chapter's own:
 
-# %% include="mlbook_solutions.reward_model:RMConfig,TrainedRM,train_reward_model,GoldLogger,overoptimisation_run"
+# %% include="mlbook_solutions.reward_model:RMConfig,RM_RUN,TrainedRM,train_reward_model,GoldLogger,overoptimisation_run"
 
 # %% tags=["nbval-check-output"]
 rm_results = load_cached("reward_model")
 rm_cfg = rm_results["config"]
+print(f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
+      f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
+      f"cache written in {rm_results['seconds']:.0f} s")  # fmt: skip
 for seed, r in rm_results["rms"].items():
     print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
           f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
@@ -183,7 +187,7 @@ show(
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 # %%
-rm_init = sample(ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
+rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
                  generator=torch.Generator().manual_seed(6))  # fmt: skip
 rm_len = rm_init.response_mask.sum(1)  # (1024,)
 rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)

@@ -1213,17 +1213,19 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # transformer's trunk, copied from the reference LM as InstructGPT and lm-human-preferences
 # initialise theirs from the language model, with a scalar head read at the last response token.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fcd555e4a00493ada48189e885f96365", "grade": false, "grade_id": "35_reward_model-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "aab6bbfda30e67b325b7b02c15a8787a", "grade": false, "grade_id": "35_reward_model-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 import statistics
+from typing import NamedTuple
 
+import torch.nn as nn
 import torch.nn.functional as F
 
 from mlbook.posttrain.cached import load_cached
 from mlbook.posttrain.masks import validate_mask
 from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_prompts, sample
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6cba08b8c7282f65ec1241553b419f40", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6116c44fcba29acda2f9a1b3a4949178", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 GOLD_PEAK = 2  # praise helps up to two "good" tokens; every one beyond that costs
 
 
@@ -1308,7 +1310,8 @@ class TinyRewardModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_lm(cls, lm: TinyCausalLM) -> TinyRewardModel:
+    def from_lm(cls, lm: TinyCausalLM):  # no return annotation: the notebook has no __future__
+        """A reward model whose trunk is a trainable copy of ``lm``'s."""
         return cls(copy.deepcopy(lm.trunk).requires_grad_(True))
 
     def forward(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -1327,8 +1330,8 @@ class TinyRewardModel(nn.Module):
 # A few pairs of the kind the reward model is trained on, drawn from this chapter's reference
 # model (the initial policy), with their gold scores and the label the noisy rater gave:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d75e1145d021bd14ac94b77f0baec7d6", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
-rm_pairs = preference_pairs(ref, 6, 8, torch.Generator().manual_seed(3))
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b006c5d622e642370db7081795b67699", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_pairs = preference_pairs(build_models(seed=0).ref, 6, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
 for i in range(len(rm_pairs.chosen)):
@@ -1406,16 +1409,17 @@ assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dcc0c47e5bb06259d2766198c716f392", "grade": false, "grade_id": "35_reward_model-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "596beef472e5724de0cc3a18e0cf341c", "grade": false, "grade_id": "35_reward_model-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Training it.** `train_reward_model` samples 2,048 training pairs and 1,024 held-out pairs from
 # the initial policy, fits the model with full-batch Adam on the reference `pairwise_loss`, and
-# then fits the gain and bias on 1,024 fresh samples. One seed takes about 15 s of CPU, so the
-# three seeds of this section, and the PPO runs against each of them below, were run once by
+# then fits the gain and bias on 1,024 fresh samples. The three seeds of this section and the PPO
+# runs against each of their reward models take a minute or two of CPU (the cell prints how long
+# they took when the cache was written), too long for a notebook cell, so they were run once by
 # `python -m mlbook_solutions.reward_model --refresh` and are read from the library's cache
 # (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
 # float64 rerun that the tests repeat. The code is the chapter's own:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0443f004dded51961b389a718dd3a21f", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "39340d3b27055ef5d3d875323b7c6814", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 @dataclasses.dataclass(kw_only=True)
 class RMConfig:
     """Everything that sets the reward model and the PPO runs against it."""
@@ -1438,6 +1442,9 @@ class RMConfig:
     """PPO steps per run."""
     batch: int = 64
     """Prompts per PPO step."""
+
+
+RM_RUN = RMConfig()
 
 
 @dataclasses.dataclass
@@ -1528,9 +1535,12 @@ def overoptimisation_run(seed: int, beta: float, rm: TrainedRM, steps: int, batc
     )
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "36375c885ee8d5bc134a34fe59e5f165", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "408b14aedc2bd77a740c9ed74600e202", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_results = load_cached("reward_model")
 rm_cfg = rm_results["config"]
+print(f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
+      f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
+      f"cache written in {rm_results['seconds']:.0f} s")  # fmt: skip
 for seed, r in rm_results["rms"].items():
     print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
           f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
@@ -1625,7 +1635,7 @@ show(
     "largest KL; the largest beta stays at small KL near the gold peak.",
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5c3f771cda8e7252c72ded632ddf4327", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4481b60b20a6fc65520d9c3c4058e5ee", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cell above prints the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
@@ -1633,10 +1643,11 @@ show(
 #   above the initial policy, while the gold score ends well below where it *started*. The reward
 #   model was never wrong about the data it saw; it was asked about responses far outside it, where
 #   "more `good` is better" was an extrapolation.
-# - **Gold peaks at a small KL.** Along each run gold rises while $\sqrt{\mathrm{KL}}$ is small and
-#   falls past a peak, the shape Gao et al. fit with $d(\alpha - \beta_{\text{RL}} d)$ in
-#   $d = \sqrt{\mathrm{KL}}$. The KL fee is what holds a run near that peak: the largest $\beta$ stops
-#   at a small KL and keeps most of the gold gain. This is the reason the chapter's KL term exists,
+# - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
+#   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
+#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$).
+#   The KL fee is what holds a run near that peak: the largest $\beta$ stops at a small KL and
+#   keeps most of the gold gain. This is the reason the chapter's KL term exists,
 #   measured.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
@@ -1648,8 +1659,8 @@ show(
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b7b0156fdf9a581a3aa99af0621e4670", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-rm_init = sample(ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7ac1e18abf384c76f2adfd6ebb797d98", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
                  generator=torch.Generator().manual_seed(6))  # fmt: skip
 rm_len = rm_init.response_mask.sum(1)  # (1024,)
 rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
@@ -2954,7 +2965,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false nbgrader={"cell_type": "markdown", "checksum": "bf12c4df5ee843301c7037a71d6f5488", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 1, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bd54dcfd64986fe53b2375a637a82923", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0cd4ef74a5b37e2e28d859d4d41a7a76", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -3012,3 +3023,27 @@ raise NotImplementedError("replace this line with your implementation")
 #   github.com/huggingface/trl. (Legacy `PPOTrainer` up to 0.11; the rewritten trainer from 0.12.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF.
+#
+# **Reward models, over-optimisation and critic-free advantages** (§3.7, §3.8, §4.5)
+#
+# - *Rank Analysis of Incomplete Block Designs: I. The Method of Paired Comparisons.* Bradley, R. A.,
+#   Terry, M. E. (1952). Biometrika 39(3/4). (The Bradley-Terry model behind the pairwise loss, §3.7.)
+# - *Deep Reinforcement Learning from Human Preferences.* Christiano, P., Leike, J., Brown, T. B.,
+#   Martic, M., Legg, S., Amodei, D. (2017). NeurIPS. arXiv:1706.03741. (A reward model fitted to
+#   pairwise comparisons, §3.7.)
+# - *Scaling Laws for Reward Model Overoptimization.* Gao, L., Schulman, J., Hilton, J. (2023). ICML.
+#   arXiv:2210.10760. (Gold and proxy reward against $\sqrt{\mathrm{KL}}$, §3.8.)
+# - *A Long Way to Go: Investigating Length Correlations in RLHF.* Singhal, P., Goyal, T., Xu, J.,
+#   Durrett, G. (2023). arXiv:2310.03716. (Length as the feature PPO exploits, §3.8.)
+# - *Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in
+#   LLMs.* Ahmadian, A., Cremer, C., Gallé, M., Fadaee, M., Kreutzer, J., Pietquin, O., Üstün, A.,
+#   Hooker, S. (2024). ACL. arXiv:2402.14740. (RLOO, §4.5.)
+# - *Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study.* Xu, S., Fu, W., Gao, J., Ye, W.,
+#   Liu, W., Mei, Z., Wang, G., Yu, C., Wu, Y. (2024). ICML. arXiv:2404.10719. (Well-tuned PPO against
+#   DPO, §4.5.)
+#
+# **Serving**
+#
+# - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., Li,
+#   Z., Zhuang, S., Sheng, Y., Zheng, L., Yu, C. H., Gonzalez, J. E., Zhang, H., Stoica, I. (2023).
+#   SOSP. arXiv:2309.06180. (vLLM's paged KV cache, §4.2.)

@@ -32,7 +32,9 @@
 # %%
 import math
 import statistics
+from typing import NamedTuple
 
+import torch.nn as nn
 import torch.nn.functional as F
 
 from mlbook.posttrain.cached import load_cached

@@ -191,7 +191,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # that no cache removes. The honest bound is therefore measured: a sampler whose every step is a
 # forward pass over **one** token and nothing else (it attends to no past, so its samples are
 # meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
-# one and that floor at batch 64 and 64 new tokens (a warm-up run, then the median of three), and
+# one and that floor at batch 64 and 64 new tokens (a short warm-up, then the median of three), and
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
 # with more repeats.
 
@@ -209,7 +209,7 @@ from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
 kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
 print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
-      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a warm-up)")  # fmt: skip
+      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
 print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
       f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
 

@@ -1182,7 +1182,7 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "201204eb943aaf248ebe5dc361b1f36f", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5e35ea0d87ff6a9463e37c06b64127cb", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.7 Where $r_\phi$ comes from: a reward model trained on preferences
 #
 # Up to here the score was a program, `good_count_reward`. In RLHF it is a network $r_\phi(x, y)$
@@ -1198,10 +1198,11 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 #
 # This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
 # Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
-# the pipeline. Only *differences* of rewards enter the loss, so the offset (and, with a fixed
-# amount of data, the scale) of $r_\phi$ is arbitrary; lm-human-preferences therefore fixes both
-# after training, with a gain and a bias chosen so that the rewards of samples from the initial
-# policy have mean 0 and standard deviation 1 (Ziegler et al., 2019, and their code). And the
+# the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
+# arbitrary, and its scale says how consistent the labels were rather than anything PPO should
+# depend on; lm-human-preferences therefore fixes both after training, with a gain and a bias
+# chosen so that the rewards of samples from the initial policy have mean 0 and standard deviation
+# 1 (Ziegler et al., 2019, and their code). And the
 # reward model only ever sees responses like those it was trained on: samples of the initial
 # policy. PPO then moves the policy away from exactly that distribution.
 #
@@ -1858,7 +1859,7 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d38b6df3ca76ed9696986dcef17ed678", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e1a3200ace377d5a2ca1419d250de3a2", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **How fast can a cache make sampling?** Two bounds, one from counting and one from the clock. The
 # naive sampler's step $t$ processes all $t$ positions, the cached one a single position, so for a
 # prompt of $P$ tokens and $n$ new ones the naive sampler does $\sum_{t=P}^{P+n-1} t / n = P + (n-1)/2$
@@ -1867,7 +1868,7 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # that no cache removes. The honest bound is therefore measured: a sampler whose every step is a
 # forward pass over **one** token and nothing else (it attends to no past, so its samples are
 # meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
-# one and that floor at batch 64 and 64 new tokens (a warm-up run, then the median of three), and
+# one and that floor at batch 64 and 64 new tokens (a short warm-up, then the median of three), and
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
 # with more repeats.
 
@@ -1878,14 +1879,14 @@ print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5d093d50bcac96b3e54f5923ba4a0bf7", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "933f68c5d73841e1d21723740d91671b", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from mlbook.posttrain.systems import time_samplers
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
 kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
 kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
 print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
-      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a warm-up)")  # fmt: skip
+      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
 print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
       f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
 
@@ -2125,7 +2126,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9f6db2fea6664f04145b0a328e7c473c", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7d2f09e1684c1be5a4853c1b62658722", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
 #
 # In §3 the critic has one job: a baseline $V(s_t)$ that lowers the variance of the advantage
@@ -2137,7 +2138,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # - **RLOO** (REINFORCE leave-one-out; Ahmadian et al., 2024): draw $k$ responses per prompt, and
 #   give response $i$ the advantage $A_i = R_i - \frac{1}{k-1}\sum_{j \ne i} R_j$. The baseline does
 #   not contain $R_i$, so it stays unbiased; $A_i$ applies to every token of the response. The
-#   authors report that it matches or beats PPO on their RLHF benchmarks at a fraction of the cost.
+#   authors report that REINFORCE-style methods, RLOO among them, outperform PPO (and DPO) on their
+#   RLHF benchmarks while dropping the critic.
 # - **GRPO** (Shao et al., 2024, DeepSeekMath): the same groups, with the group's mean subtracted
 #   **and its standard deviation divided out**, $A_i = (R_i - \operatorname{mean}_j R_j)/\operatorname{std}_j R_j$,
 #   so every prompt contributes advantages of unit scale whether its rewards spread widely or
@@ -2150,7 +2152,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # with the same clipped surrogate, epochs and learning rate. Each arm runs for 40 steps on three
 # seeds; the sweep is cached like §3.8's.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e4a9ec855773c98053d193a5823e214e", "grade": false, "grade_id": "45_critic_free-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ccfc5545af03543bcc8bfa65a261c1d4", "grade": false, "grade_id": "45_critic_free-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def _validate_groups(returns: torch.Tensor, k: int) -> None:
     if returns.dim() != 1 or not returns.is_floating_point():
         raise ValueError(f"returns must be a 1-D float tensor (B,), got {tuple(returns.shape)}")
@@ -2175,7 +2177,7 @@ def rloo_advantages(returns: torch.Tensor, k: int) -> torch.Tensor:
 def grpo_advantages(returns: torch.Tensor, k: int, eps: float = 1e-6) -> torch.Tensor:
     """Group-normalised return: (B,) -> (B,), ``(R_i - mean_group) / (std_group + eps)``.
 
-    The std is the unbiased sample std of the group, as in the DeepSeekMath code (``torch.std``);
+    The std is the group's unbiased sample std (``torch.std``, as TRL's GRPO trainer computes it);
     a group whose returns are all equal gets advantage 0 everywhere.
     """
     _validate_groups(returns, k)

@@ -77,7 +77,7 @@ def rloo_advantages(returns: torch.Tensor, k: int) -> torch.Tensor:
 def grpo_advantages(returns: torch.Tensor, k: int, eps: float = 1e-6) -> torch.Tensor:
     """Group-normalised return: (B,) -> (B,), ``(R_i - mean_group) / (std_group + eps)``.
 
-    The std is the unbiased sample std of the group, as in the DeepSeekMath code (``torch.std``);
+    The std is the group's unbiased sample std (``torch.std``, as TRL's GRPO trainer computes it);
     a group whose returns are all equal gets advantage 0 everywhere.
     """
     _validate_groups(returns, k)

@@ -14,10 +14,11 @@
 #
 # This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
 # Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
-# the pipeline. Only *differences* of rewards enter the loss, so the offset (and, with a fixed
-# amount of data, the scale) of $r_\phi$ is arbitrary; lm-human-preferences therefore fixes both
-# after training, with a gain and a bias chosen so that the rewards of samples from the initial
-# policy have mean 0 and standard deviation 1 (Ziegler et al., 2019, and their code). And the
+# the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
+# arbitrary, and its scale says how consistent the labels were rather than anything PPO should
+# depend on; lm-human-preferences therefore fixes both after training, with a gain and a bias
+# chosen so that the rewards of samples from the initial policy have mean 0 and standard deviation
+# 1 (Ziegler et al., 2019, and their code). And the
 # reward model only ever sees responses like those it was trained on: samples of the initial
 # policy. PPO then moves the policy away from exactly that distribution.
 #

@@ -10,7 +10,8 @@
 # - **RLOO** (REINFORCE leave-one-out; Ahmadian et al., 2024): draw $k$ responses per prompt, and
 #   give response $i$ the advantage $A_i = R_i - \frac{1}{k-1}\sum_{j \ne i} R_j$. The baseline does
 #   not contain $R_i$, so it stays unbiased; $A_i$ applies to every token of the response. The
-#   authors report that it matches or beats PPO on their RLHF benchmarks at a fraction of the cost.
+#   authors report that REINFORCE-style methods, RLOO among them, outperform PPO (and DPO) on their
+#   RLHF benchmarks while dropping the critic.
 # - **GRPO** (Shao et al., 2024, DeepSeekMath): the same groups, with the group's mean subtracted
 #   **and its standard deviation divided out**, $A_i = (R_i - \operatorname{mean}_j R_j)/\operatorname{std}_j R_j$,
 #   so every prompt contributes advantages of unit scale whether its rewards spread widely or

@@ -1327,19 +1327,21 @@ class TinyRewardModel(nn.Module):
         return self.head(hidden[rows, last]).squeeze(-1)  # (B,)
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "834452166733d6eaa7b14b2ba6fab7a8", "grade": false, "grade_id": "35_reward_model-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# A few pairs of the kind the reward model is trained on, drawn from this chapter's reference
-# model (the initial policy), with their gold scores and the label the noisy rater gave:
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3f8b87d91b4a2a9360723430f441958f", "grade": false, "grade_id": "35_reward_model-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Pairs of the kind the reward model is trained on, drawn from this chapter's reference model (the
+# initial policy), with their gold scores and the label the noisy rater gave:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b006c5d622e642370db7081795b67699", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
-rm_pairs = preference_pairs(build_models(seed=0).ref, 6, 8, torch.Generator().manual_seed(3))
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1c7991d85f957780174418f7f8be8bcf", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
-for i in range(len(rm_pairs.chosen)):
+for i in range(6):
     print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
-print(f"in {int((rm_pairs.gold_margin < 0).sum())} of these {len(rm_pairs.chosen)} pairs the rater "
-      f"preferred the response with the lower gold score")  # fmt: skip
+rm_ties = float((rm_pairs.gold_margin == 0).float().mean())
+rm_flipped = float((rm_pairs.gold_margin < 0).float().mean())
+print(f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
+      f"{rm_flipped:.0%} were labelled against the gold order")  # fmt: skip
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "89b94ac0c729382f2b1c35503adcc92d", "grade": false, "grade_id": "35_reward_model-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1420,7 +1422,7 @@ assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
 # (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
 # float64 rerun that the tests repeat. The code is the chapter's own:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "39340d3b27055ef5d3d875323b7c6814", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8fe1fca1a6de37622e2c683544f2bcff", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 @dataclasses.dataclass(kw_only=True)
 class RMConfig:
     """Everything that sets the reward model and the PPO runs against it."""
@@ -1466,8 +1468,10 @@ class TrainedRM:
             return self.gain * self.model(tokens, response_mask) + self.bias
 
 
-def train_reward_model(seed: int, cfg: RMConfig = RM_RUN) -> TrainedRM:
-    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it."""
+def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it.
+    ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps definitions only)."""
+    cfg = RM_RUN if cfg is None else cfg
     policy = build_models(seed).policy  # a copy of the reference: the initial policy
     gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
     n_new = CHAPTER_RUN.max_new_tokens
@@ -1552,10 +1556,10 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
       f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8b6467b5b076822e248356e89bd350f1", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4d951aba0c71dfc3b739ecbbfed61879", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
-# near 60 %: most pairs of the initial policy tie on gold (no `good` token in either response), and
-# a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
+# near 60 %: a large share of the initial policy's pairs tie on gold (the first cell of this
+# section printed it), and a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
 # where gold differs, the model is right almost every time. On the distribution it was trained on,
 # this is a good reward model.
 #

@@ -230,8 +230,10 @@ class TrainedRM:
             return self.gain * self.model(tokens, response_mask) + self.bias
 
 
-def train_reward_model(seed: int, cfg: RMConfig = RM_RUN) -> TrainedRM:
-    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it."""
+def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it.
+    ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps definitions only)."""
+    cfg = RM_RUN if cfg is None else cfg
     policy = build_models(seed).policy  # a copy of the reference: the initial policy
     gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
     n_new = CHAPTER_RUN.max_new_tokens

@@ -45,18 +45,20 @@ from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_promp
 # %% include="mlbook_solutions.reward_model:GOLD_PEAK,GOLD_SLOPE_PAST_PEAK,gold_reward,Pairs,_padded,preference_pairs,TinyRewardModel"
 
 # %% [markdown]
-# A few pairs of the kind the reward model is trained on, drawn from this chapter's reference
-# model (the initial policy), with their gold scores and the label the noisy rater gave:
+# Pairs of the kind the reward model is trained on, drawn from this chapter's reference model (the
+# initial policy), with their gold scores and the label the noisy rater gave:
 
 # %%
-rm_pairs = preference_pairs(build_models(seed=0).ref, 6, 8, torch.Generator().manual_seed(3))
+rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
-for i in range(len(rm_pairs.chosen)):
+for i in range(6):
     print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
-print(f"in {int((rm_pairs.gold_margin < 0).sum())} of these {len(rm_pairs.chosen)} pairs the rater "
-      f"preferred the response with the lower gold score")  # fmt: skip
+rm_ties = float((rm_pairs.gold_margin == 0).float().mean())
+rm_flipped = float((rm_pairs.gold_margin < 0).float().mean())
+print(f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
+      f"{rm_flipped:.0%} were labelled against the gold order")  # fmt: skip
 
 # %% [markdown]
 # **Exercise (extra credit).** Write `pairwise_loss(r_chosen, r_rejected)`: the mean over pairs of
@@ -127,8 +129,8 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 
 # %% [markdown]
 # The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
-# near 60 %: most pairs of the initial policy tie on gold (no `good` token in either response), and
-# a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
+# near 60 %: a large share of the initial policy's pairs tie on gold (the first cell of this
+# section printed it), and a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
 # where gold differs, the model is right almost every time. On the distribution it was trained on,
 # this is a good reward model.
 #

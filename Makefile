@@ -59,7 +59,8 @@ lint: env
 # fail). Last, everything that compares a trained or sampled number with a stored one runs again on
 # torch's portable (non-vectorised) kernels, so a result that holds only on this CPU's instruction
 # set fails here, not on another machine.
-PORTABLE := tests/test_exercises.py tests/test_posttrain_ppo.py tests/test_grading_catalog.py
+PORTABLE := tests/test_exercises.py tests/test_posttrain_ppo.py tests/test_grading_catalog.py \
+	tests/test_reward_model.py tests/test_critic_free.py
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 test: lint

@@ -149,11 +149,11 @@ display(
 )
 print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "06b775ca3d32d13008094f397433b468", "grade": false, "grade_id": "10_intuition-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3e9ebd168d4e71d58b7190812db1338c", "grade": false, "grade_id": "10_intuition-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the table row by row. The first token is *more* likely under the policy than under the
 # reference, so it pays a fee; the third is *less* likely, so the estimator hands back a small
 # refund. A single-sample estimate of the KL can be negative on individual tokens; only its
-# average over samples drawn from the policy is guaranteed non-negative. The 1.5 shows up only on
+# expectation under the policy is guaranteed non-negative (a finite batch's mean can dip below zero). The 1.5 shows up only on
 # the last token: deciding how much of it tokens 1–3 deserve is the job of the **critic** $V(s_t)$,
 # which predicts the reward still to come from each prefix, and of **GAE**, which turns "what
 # happened minus what was predicted" into a per-token advantage.
@@ -235,18 +235,19 @@ show(
     "to r = 0.8 and is flat below it. On the other side of 1 it stays on the unclipped dashed line r*A.",
 )
 
-
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "831767942ace1ff5a4ea05c5338b3511", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b55f1fa495212661bcb183eb6de6e812", "grade": false, "grade_id": "20_math-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **What the clip is not.** Descriptions often call it a trust region. It is weaker than that:
 # the clip removes the *incentive* to push a token further, not the possibility. Other tokens'
 # gradients move shared weights, so after a few epochs some ratios do end up outside
 # $[1-\epsilon, 1+\epsilon]$. That is why implementations also watch the approximate KL between the
 # sampling policy and the current one, and stop the epochs early when it passes a threshold;
-# `ppo_update` below does both. Two estimators of that KL are in use (Schulman, 2020). This chapter
-# and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL and
-# lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. Both agree to
-# second order in $\log r_t$, so they are close while the ratios stay near 1, but they are not the
-# same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
+# `ppo_update` below does both. Schulman (2020) gives three single-sample estimators of that KL,
+# and all three are in use. The plain $k_1 = \mathbb{E}_t[-\log r_t]$ is unbiased but can come out
+# negative on a batch (OpenRLHF logs it as `ppo_kl`, and the legacy TRL trainer's early stop tests
+# it). This chapter and CleanRL use $k_3 = \mathbb{E}_t[r_t - 1 - \log r_t]$, never negative; TRL
+# and lm-human-preferences log $k_2 = \tfrac12\mathbb{E}_t[(\log r_t)^2]$ as `approxkl`. $k_2$ and
+# $k_3$ agree to second order in $\log r_t$, so they are close while the ratios stay near 1, but
+# they are not the same number; §3.6 prints both along the chapter's run. The *clip fraction*, the share of response
 # tokens whose ratio has left the band, is the diagnostic to watch. Two definitions circulate: "the
 # ratio is outside the band" (used here and in CleanRL) and "the clipped term is the active one",
 # i.e. the ratio moved $\epsilon$ in the advantage's direction (TRL's and OpenRLHF's `clipfrac`).
@@ -262,8 +263,11 @@ show(
 # $\lambda$ trades bias (small $\lambda$ leans on the critic) against variance (large $\lambda$ leans
 # on the sampled rewards). With $\gamma = \lambda = 1$ the sum telescopes to
 # $A_t = \sum_{l\ge0} R_{t+l} - V(s_t)$: advantage plus value is the Monte-Carlo reward-to-go.
-# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response) and
-# $\lambda \approx 0.95$ (Schulman et al., 2016). The critic regresses on the returns
+# Language-model PPO uses $\gamma = 1$ (no reason to discount inside one response). The
+# $\lambda = 0.95$ used here is the default that lm-human-preferences and TRL ship, a convention
+# rather than a result: the GAE paper (Schulman et al., 2016) found its best runs with $\lambda$
+# anywhere from 0.92 to 0.98 on its control tasks, and OpenRLHF defaults to $\lambda = 1$ (§5
+# tabulates the defaults). The critic regresses on the returns
 # $G_t = A_t + V(s_t)$ with a clipped loss that keeps the new value within $\epsilon_v$ of the value
 # recorded at rollout time:
 #
@@ -274,9 +278,13 @@ show(
 # one number for both, $\epsilon_v = \epsilon = 0.2$: `ppo_update` passes its `clip_eps` to
 # `value_loss`.
 #
-# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, with
-# $c_v = 0.5$ and usually $c_e = 0$ for language models (the KL to the reference already keeps
-# the distribution from collapsing). Every average runs over **response tokens only**.
+# The total loss minimised per epoch is $-L^{\mathrm{CLIP}} + c_v L^V - c_e H[\pi_\theta]$, and
+# usually $c_e = 0$ for language models (the KL to the reference already keeps the distribution
+# from collapsing). This chapter's $c_v = 0.5$ is CleanRL's default for control tasks; the language
+# model codebases weight the critic less, $c_v = 0.1$ in lm-human-preferences, in TRL and in the
+# N+ reproduction of Huang et al. (2024), and OpenRLHF gives the critic its own optimiser, so it has
+# no $c_v$ at all. Every average runs over **response tokens only**, and each token counts once in
+# the batch's mean: a choice, not a law (§5 compares it with a per-sequence mean).
 #
 # Advantages are *whitened* over the batch's response tokens, $A \leftarrow (A - \bar A)/\mathrm{sd}(A)$.
 # Subtracting a constant does not bias an on-policy gradient, and dividing by a constant only
@@ -287,18 +295,32 @@ show(
 #
 # A fixed $\beta$ gives a KL that depends on the reward model's scale and the stage of training.
 # Ziegler et al. (2019) steer $\beta$ toward a target KL $\kappa$ with a proportional controller
-# in log space:
+# in log space. Their paper writes it with a gain $K_\beta$,
 #
-# $$e = \operatorname{clip}\Big(\frac{\mathrm{KL}}{\kappa} - 1,\ -0.2,\ 0.2\Big), \qquad \beta \leftarrow \beta\Big(1 + e\,\frac{n}{h}\Big),$$
+# $$\beta_{\text{next}} = \beta\,\big(1 + K_\beta\, e\big) \quad\text{with}\quad e = \operatorname{clip}(\mathrm{KL}/\kappa - 1,\ \pm 0.2) \text{ and } K_\beta = 0.1 .$$
 #
-# where $n$ is the number of samples in the update and the horizon $h$ is counted in samples
-# (lm-human-preferences and TRL use $h = 10^4$). The popular simplified form $\beta \leftarrow
-# \beta(1 + e/h)$ with $h$ counted in *updates* is the special case $n = 1$; our
-# `AdaptiveKLController.update(kl, n_steps=1)` covers both. Which KL? Here, and in the original
-# code, it is the per-sequence KL estimate: sum the log-ratios over a response's tokens, then
+# Their released code, lm-human-preferences (`train_policy.py`), sets the gain from the batch
+# instead: $K_\beta = n/h$, with $n$ the episodes (samples) in the update and a horizon of
+# $h = 10^4$ episodes, so the gain grows with the batch (the cell below computes it). The
+# simplified form $\beta \leftarrow \beta(1 + e/h)$ with $h$ counted in *updates* is the case
+# $n = 1$; our `AdaptiveKLController.update(kl, n_steps=1)` covers all three. Which KL? Here, and
+# in the original code, the per-sequence estimate: sum the log-ratios over a response's tokens, then
 # average over the samples of the batch. (OpenRLHF averages per token instead, which changes what
 # a target like "6" means by a factor of the response length.) Each update moves $\beta$ by at
-# most $\pm 20\,\% \cdot n/h$.
+# most $\pm 20\,\%$ times the gain.
+#
+# The controller is this chapter's teaching device, and you will implement it. Most current stacks
+# leave it off and keep $\beta$ fixed: TRL's PPO trainer has no target at all (`kl_coef` 0.05), and
+# OpenRLHF starts from `init_coef` 0.01 and adapts only when a target is passed (and a comment in
+# its v0.11.0 trainer calls the adaptive controller incompatible with its training step). §5
+# lists these defaults.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "97157ae33f4858b5c47ed76e39c9566a", "grade": false, "grade_id": "20_math-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+paper_gain, lmhp_horizon = 0.1, 10_000  # Ziegler et al. (2019); lm-human-preferences, in episodes
+for n in (64, 512):
+    print(f"{n:>4} episodes per update: lm-human-preferences' gain n/h = {n / lmhp_horizon:.4f} "
+          f"(the paper's K_beta = {paper_gain}); largest step of beta: {100 * 0.2 * n / lmhp_horizon:.2f} %")  # fmt: skip
+
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f38cdde49cad29192956956785d33e43", "grade": false, "grade_id": "30_implementation-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3. Implementation
@@ -654,7 +676,7 @@ print("✓ AdaptiveKLController.update")
 # Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0d3dbd54b436ddf7fd02821a61f17c33", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e1bef580e47cbb560f52c7a5b66ae5c2", "grade": false, "grade_id": "30_implementation-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.5 Rollouts, the update and the training loop (read only)
 #
 # `collect_rollouts` is the four-model forward: the policy samples, then the sampling policy, the
@@ -669,10 +691,11 @@ print("✓ AdaptiveKLController.update")
 # `ppo_epochs` full-batch steps of the total loss, stopping early if the approximate KL exceeds
 # `approx_kl_stop`; it returns what each epoch measured (`EpochStats`), so you can watch the ratio
 # drift from epoch to epoch. Three arguments serve later parts of the chapter: `extra_loss` adds a
-# term to every epoch's loss (the PPO-ptx exercise), `sampler` chooses the model that samples
-# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix).
+# term to every epoch's loss (exercise 4's SFT anchor), `sampler` chooses the model that samples
+# (stale rollouts, exercise 5), and `reduce` sums statistics over processes (the DDP appendix). One
+# field does too: `behaviour_clip` switches the update to the decoupled form for stale samples (§4.2).
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3bd5c268bf292342e245560c07308178", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "64abfcd505caea927e2d8a96a91852d2", "grade": false, "grade_id": "30_implementation-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def masked_entropy(logits: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Mean next-token entropy over response positions: (B, T-1, V), (B, T-1) -> scalar."""
     logp = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
@@ -760,6 +783,10 @@ class PPOConfig:
     """Clip the global gradient norm of policy + critic to this."""
     approx_kl_stop: float | None = None
     """Skip the remaining epochs of an update once E[r - 1 - log r] exceeds this; None: never."""
+    behaviour_clip: tuple[float, float] | None = None
+    """Decoupled PPO for stale samples: clip around the policy as it is when the update starts (the
+    proximal policy) and weight each token by pi_prox / pi_sampler clamped to this range; None:
+    clip around ``logp_old``, the sampler's log-probs."""
 
 
 @dataclass
@@ -791,7 +818,8 @@ def ppo_update(
     ``reduce``: sums a tensor over ranks under DDP (``mlbook_solutions.ddp.make_reduce``); it makes
     the whitening, the approx-KL and the token-mean losses global, so N ranks reproduce one process
     on the whole batch. Returns one :class:`EpochStats` per epoch that ran (fewer than asked when
-    the approx-KL early stop fired).
+    the approx-KL early stop fired). With ``cfg.behaviour_clip`` the ratio, its clip fraction and
+    the approx-KL are measured against the proximal policy (the policy when the update starts).
     """
     reduce = reduce or no_reduce
     m = roll["mask"]  # (B, T-1)
@@ -805,10 +833,16 @@ def ppo_update(
     scale = n_local / global_mean(n_local.reshape(1), reduce=reduce).to(n_local.dtype)
     params = [p for group in opt.param_groups for p in group["params"]]
     history: list[EpochStats] = []
+    logp_anchor, weighted = roll["logp_old"], advantages  # what the clip is centred on; A or w * A
     for epoch in range(cfg.ppo_epochs):
         logits = policy(roll["tokens"])  # (B, T, V)
         logp_new = token_log_probs(logits, roll["tokens"]) * m  # (B, T-1)
-        log_ratio = (logp_new - roll["logp_old"]).detach()  # (B, T-1)
+        if epoch == 0 and cfg.behaviour_clip is not None:  # decoupled: the policy now is pi_prox
+            logp_anchor = logp_new.detach()  # (B, T-1)
+            behaviour = torch.exp(logp_anchor - roll["logp_old"]).clamp(*cfg.behaviour_clip)
+            # w * min(rA, clip(r) A) = min(r wA, clip(r) wA) because w > 0
+            weighted = advantages * behaviour  # (B, T-1)
+        log_ratio = (logp_new - logp_anchor).detach()  # (B, T-1)
         approx_kl = float(global_mean(log_ratio.exp() - 1 - log_ratio, m, reduce))  # k3 estimator
         if (
             epoch == 0
@@ -820,9 +854,7 @@ def ppo_update(
             )
         if cfg.approx_kl_stop is not None and epoch > 0 and approx_kl > cfg.approx_kl_stop:
             break
-        policy_loss, clip_frac = ppo_clip_loss(
-            logp_new, roll["logp_old"], advantages, m, cfg.clip_eps
-        )
+        policy_loss, clip_frac = ppo_clip_loss(logp_new, logp_anchor, weighted, m, cfg.clip_eps)
         values = critic(roll["tokens"])[:, :-1]  # (B, T-1)
         v_loss = value_loss(values, roll["values_old"], returns, m, cfg.clip_eps)
         ent = masked_entropy(logits[:, :-1], m)
@@ -1192,15 +1224,521 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "57a4c92db2254760b9e2db4e3ce542f9", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5e35ea0d87ff6a9463e37c06b64127cb", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### 3.7 Where $r_\phi$ comes from: a reward model trained on preferences
+#
+# Up to here the score was a program, `good_count_reward`. In RLHF it is a network $r_\phi(x, y)$
+# fitted to human judgements, and the judgement people can give reliably is a comparison: shown two
+# responses to one prompt, a rater picks the better one. The Bradley-Terry model turns that choice
+# into a likelihood. The response $y_w$ wins over $y_l$ with probability
+#
+# $$P(y_w \succ y_l \mid x) = \sigma\big(r(x, y_w) - r(x, y_l)\big),$$
+#
+# and fitting $r_\phi$ by maximum likelihood means minimising the **pairwise loss**
+#
+# $$\mathcal L(\phi) = -\,\mathbb E_{(x, y_w, y_l)}\,\log \sigma\big(r_\phi(x, y_w) - r_\phi(x, y_l)\big).$$
+#
+# This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
+# Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
+# the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
+# arbitrary, and its scale says how consistent the labels were rather than anything PPO should
+# depend on; lm-human-preferences therefore fixes both after training, with a gain and a bias
+# chosen so that the rewards of samples from the initial policy have mean 0 and standard deviation
+# 1 (Ziegler et al., 2019, and their code). And the
+# reward model only ever sees responses like those it was trained on: samples of the initial
+# policy. PPO then moves the policy away from exactly that distribution.
+#
+# **The toy version.** A hidden *gold* preference plays the raters: a response earns one point per
+# `good` token up to two, and loses half a point for every `good` beyond two. A little praise helps;
+# a response made of nothing but praise does not. Pairs are two samples of the initial policy for
+# the same prompt, and the first one wins with probability $\sigma(\text{gold}_a - \text{gold}_b)$, the
+# Bradley-Terry rater itself, so equal gold scores are coin flips. The reward model is the toy
+# transformer's trunk, copied from the reference LM as InstructGPT and lm-human-preferences
+# initialise theirs from the language model, with a scalar head read at the last response token.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "aab6bbfda30e67b325b7b02c15a8787a", "grade": false, "grade_id": "35_reward_model-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+import statistics
+from typing import NamedTuple
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mlbook.posttrain.cached import load_cached
+from mlbook.posttrain.masks import validate_mask
+from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_prompts, sample
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6116c44fcba29acda2f9a1b3a4949178", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+GOLD_PEAK = 2  # praise helps up to two "good" tokens; every one beyond that costs
+
+
+GOLD_SLOPE_PAST_PEAK = 0.5
+
+
+def gold_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The hidden preference the labels come from: (B, T), (B, T) -> (B,).
+
+    ``g`` = ``good`` tokens in the response; the score rises by 1 per ``good`` up to ``GOLD_PEAK``
+    and falls by ``GOLD_SLOPE_PAST_PEAK`` per ``good`` after it: a little praise is what the raters
+    like, a response that is nothing but praise is not. Samples of the near-uniform initial policy
+    almost never reach the peak, so pairs drawn from it say "more good is better" and nearly nothing
+    about what lies past the peak.
+    """
+    validate_mask(response_mask)
+    if tokens.shape != response_mask.shape:
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} and response_mask {tuple(response_mask.shape)} differ"
+        )
+    g = ((tokens == GOOD_ID).float() * response_mask).sum(dim=1)  # (B,)
+    return torch.clamp(g, max=GOLD_PEAK) - GOLD_SLOPE_PAST_PEAK * torch.clamp(g - GOLD_PEAK, min=0)
+
+
+class Pairs(NamedTuple):
+    """Preference pairs: for each prompt a chosen and a rejected response, both (N, T)."""
+
+    chosen: torch.Tensor  # (N, T) long: prompt, response, PAD
+    chosen_mask: torch.Tensor  # (N, T) float: 1 on response tokens
+    rejected: torch.Tensor  # (N, T) long
+    rejected_mask: torch.Tensor  # (N, T) float
+    gold_margin: (
+        torch.Tensor
+    )  # (N,) gold(chosen) - gold(rejected); negative where the noise flipped
+
+
+def _padded(samples, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad a sample's tokens (PAD) and mask (0) to ``length`` columns."""
+    extra = length - samples.tokens.shape[1]
+    return F.pad(samples.tokens, (0, extra), value=PAD_ID), F.pad(samples.response_mask, (0, extra))
+
+
+def preference_pairs(
+    model: nn.Module, n: int, max_new_tokens: int, generator: torch.Generator, noise: bool = True
+) -> Pairs:
+    """``n`` pairs: two responses of ``model`` per prompt, labelled by :func:`gold_reward`.
+
+    With ``noise`` the first response is preferred with probability ``sigmoid(gold_a - gold_b)``
+    (the Bradley-Terry model of a rater: ties are coin flips, a margin of 1 is right 73 % of the
+    time); without it the higher gold score wins and ties are broken at random.
+    """
+    prompts = make_prompts(n, generator)  # (N, 2)
+    length = prompts.shape[1] + max_new_tokens
+    a = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
+    b = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
+    margin = gold_reward(*a) - gold_reward(*b)  # (N,)
+    p_a = torch.sigmoid(margin) if noise else (margin > 0).float() + 0.5 * (margin == 0).float()
+    a_wins = torch.rand(n, generator=generator) < p_a  # (N,)
+    pick = a_wins.unsqueeze(1)  # (N, 1)
+    return Pairs(
+        torch.where(pick, a[0], b[0]),
+        torch.where(pick, a[1], b[1]),
+        torch.where(pick, b[0], a[0]),
+        torch.where(pick, b[1], a[1]),
+        torch.where(a_wins, margin, -margin),
+    )
+
+
+class TinyRewardModel(nn.Module):
+    """A transformer trunk, a scalar head read at the last response token: (B, T), (B, T) -> (B,).
+
+    Built from a language model (``from_lm``) as InstructGPT and LMHP build theirs: the LM's trunk,
+    its unembedding replaced by a linear head with one output.
+    """
+
+    def __init__(self, trunk: TinyTransformer) -> None:
+        super().__init__()
+        self.trunk = trunk
+        d = trunk.cfg.d_model
+        self.head = nn.Linear(d, 1)
+        nn.init.normal_(self.head.weight, std=1 / math.sqrt(d + 1))  # LMHP's reward-head init
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_lm(cls, lm: TinyCausalLM):  # no return annotation: the notebook has no __future__
+        """A reward model whose trunk is a trainable copy of ``lm``'s."""
+        return cls(copy.deepcopy(lm.trunk).requires_grad_(True))
+
+    def forward(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 2 or tokens.shape != response_mask.shape:
+            raise ValueError(
+                "expected tokens and response_mask of the same (B, T) shape, got "
+                f"{tuple(tokens.shape)} and {tuple(response_mask.shape)}"
+            )
+        hidden = self.trunk(tokens)  # (B, T, d)
+        last = last_response_index(response_mask)  # (B,) column of the last response token
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        return self.head(hidden[rows, last]).squeeze(-1)  # (B,)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3f8b87d91b4a2a9360723430f441958f", "grade": false, "grade_id": "35_reward_model-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Pairs of the kind the reward model is trained on, drawn from this chapter's reference model (the
+# initial policy), with their gold scores and the label the noisy rater gave:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1c7991d85f957780174418f7f8be8bcf", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
+rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
+rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
+for i in range(6):
+    print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
+    print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
+rm_ties = float((rm_pairs.gold_margin == 0).float().mean())
+rm_flipped = float((rm_pairs.gold_margin < 0).float().mean())
+print(f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
+      f"{rm_flipped:.0%} were labelled against the gold order")  # fmt: skip
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "89b94ac0c729382f2b1c35503adcc92d", "grade": false, "grade_id": "35_reward_model-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Exercise (extra credit).** Write `pairwise_loss(r_chosen, r_rejected)`: the mean over pairs of
+# $-\log\sigma(r_{\text{chosen}} - r_{\text{rejected}})$, as a scalar tensor with gradient. Make it
+# numerically stable: a reward model that is confidently wrong on a pair has a margin of $-100$ or
+# less, where $\sigma$ underflows to 0 in float32 and $\log$ of it is $-\infty$. PyTorch has the
+# stable form built in.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02f78cb77ee04ff03f163cd8a54a6f41", "grade": false, "grade_id": "35_reward_model-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def validate_pair_rewards(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> None:
+    """Both 1-D floating tensors of the same length N (one reward per pair), all finite."""
+    for name, r in (("r_chosen", r_chosen), ("r_rejected", r_rejected)):
+        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.dim() != 1:
+            shape = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
+            raise ValueError(f"{name} must be a 1-D floating tensor (N,), got {shape}")
+        if not torch.isfinite(r).all():
+            raise ValueError(f"{name} contains NaN or inf")
+    if r_chosen.shape != r_rejected.shape:
+        raise ValueError(
+            f"one reward per pair: r_chosen {tuple(r_chosen.shape)} vs r_rejected "
+            f"{tuple(r_rejected.shape)}"
+        )
+
+
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "4f526b1d255b8b300728cd6d899b32d5", "grade": false, "grade_id": "ex_pairwise_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def pairwise_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    """Bradley-Terry negative log-likelihood ``mean_i -log sigmoid(r_chosen_i - r_rejected_i)``.
+
+    Args:
+        r_chosen: (N,) reward of the preferred response of each pair.
+        r_rejected: (N,) reward of the other response.
+    Returns:
+        A scalar tensor with gradient to both inputs, finite for any finite margin.
+    """
+    validate_pair_rewards(r_chosen, r_rejected)
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your implementation")
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9500b5818e413eff68083d35ba875156", "grade": false, "grade_id": "35_reward_model-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Check (not graded): equal rewards give log 2, a margin of m gives log(1 + e^-m), large margins stay finite.
+rm_even = pairwise_loss(torch.zeros(4), torch.zeros(4))
+assert abs(float(rm_even) - math.log(2)) < 1e-6, (
+    f"equal rewards should cost log 2 = 0.693, got {float(rm_even):.4f}"
+)
+rm_m = torch.tensor([1.0, -2.0])
+rm_want = (math.log1p(math.exp(-1.0)) + math.log1p(math.exp(2.0))) / 2
+rm_got = pairwise_loss(rm_m, torch.zeros(2))
+assert abs(float(rm_got) - rm_want) < 1e-5, (
+    f"margins +1 and -2 should cost {rm_want:.4f} on average, got {float(rm_got):.4f}: check the sign "
+    "of the margin and that you average over pairs"
+)
+rm_far = pairwise_loss(torch.tensor([0.0]), torch.tensor([150.0]))
+assert torch.isfinite(rm_far) and abs(float(rm_far) - 150.0) < 1e-3, (
+    f"a margin of -150 should cost 150, got {float(rm_far)}: use a stable log-sigmoid"
+)
+print(
+    f"equal rewards: {float(rm_even):.4f} (log 2 = {math.log(2):.4f}); margins +1, -2: {float(rm_got):.4f}"
+)
+
+# %% deletable=false editable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "code", "checksum": "ad0bc5311ea52d127bd899b238538cc0", "grade": true, "grade_id": "ex_pairwise_loss_test", "locked": true, "points": 0, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# Graded (1 point, extra credit): value and gradient against a loop over pairs, in float32 and float64,
+# for several batch sizes; a large margin stays finite; the inputs are left as they were.
+_loss = pairwise_loss(torch.tensor([0.5, -0.5]), torch.tensor([0.0, 0.0]))
+assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
+    "pairwise_loss must return a scalar tensor"
+)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "596beef472e5724de0cc3a18e0cf341c", "grade": false, "grade_id": "35_reward_model-10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Training it.** `train_reward_model` samples 2,048 training pairs and 1,024 held-out pairs from
+# the initial policy, fits the model with full-batch Adam on the reference `pairwise_loss`, and
+# then fits the gain and bias on 1,024 fresh samples. The three seeds of this section and the PPO
+# runs against each of their reward models take a minute or two of CPU (the cell prints how long
+# they took when the cache was written), too long for a notebook cell, so they were run once by
+# `python -m mlbook_solutions.reward_model --refresh` and are read from the library's cache
+# (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
+# float64 rerun that the tests repeat. The code is the chapter's own:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8fe1fca1a6de37622e2c683544f2bcff", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+@dataclasses.dataclass(kw_only=True)
+class RMConfig:
+    """Everything that sets the reward model and the PPO runs against it."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """One reward model and one PPO run per seed per beta."""
+    train_pairs: int = 2048
+    """Preference pairs the RM is trained on (sampled from the initial policy)."""
+    heldout_pairs: int = 1024
+    """Pairs it is evaluated on, from the same distribution."""
+    rm_steps: int = 40
+    """Full-batch Adam steps on the pairwise loss."""
+    rm_lr: float = 2e-3
+    """Adam learning rate of the reward model."""
+    norm_samples: int = 1024
+    """Samples of the initial policy the gain and bias are fitted on."""
+    betas: tuple[float, ...] = (0.01, 0.1, 0.3)
+    """Fixed KL coefficients of the PPO runs (no controller: the KL is free to grow)."""
+    ppo_steps: int = 60
+    """PPO steps per run."""
+    batch: int = 64
+    """Prompts per PPO step."""
+
+
+RM_RUN = RMConfig()
+
+
+@dataclasses.dataclass
+class TrainedRM:
+    """A trained reward model, its normalisation, and what was measured while fitting it."""
+
+    model: TinyRewardModel
+    gain: float
+    bias: float
+    loss: list[float]  # pairwise loss per training step
+    heldout_loss: float
+    heldout_accuracy: float  # agreement with the noisy held-out labels
+    gold_accuracy: float  # agreement with the noiseless gold order, pairs with different gold
+
+    def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        """The normalised reward ``gain * r_phi + bias`` (no gradient): a ``reward_fn``."""
+        with torch.no_grad():
+            return self.gain * self.model(tokens, response_mask) + self.bias
+
+
+def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it.
+    ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps definitions only)."""
+    cfg = RM_RUN if cfg is None else cfg
+    policy = build_models(seed).policy  # a copy of the reference: the initial policy
+    gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
+    n_new = CHAPTER_RUN.max_new_tokens
+    train = preference_pairs(policy, cfg.train_pairs, n_new, gen)
+    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen)
+    torch.manual_seed(seed)
+    rm = TinyRewardModel.from_lm(policy)
+    opt = torch.optim.Adam(rm.parameters(), lr=cfg.rm_lr)
+    losses = []
+    for _ in range(cfg.rm_steps):
+        loss = pairwise_loss(
+            rm(train.chosen, train.chosen_mask), rm(train.rejected, train.rejected_mask)
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        r_c, r_r = (
+            rm(heldout.chosen, heldout.chosen_mask),
+            rm(heldout.rejected, heldout.rejected_mask),
+        )
+        decided = heldout.gold_margin != 0
+        gold_acc = float(((r_c > r_r) == (heldout.gold_margin > 0))[decided].float().mean())
+        # LMHP: gain and bias so that rewards of the initial policy's samples have mean 0, std 1
+        norm = sample(policy, make_prompts(cfg.norm_samples, gen), n_new, END_ID, generator=gen)
+        raw = rm(norm.tokens, norm.response_mask)  # (norm_samples,)
+        gain = 1.0 / float(raw.std())
+        bias = -gain * float(raw.mean())
+    return TrainedRM(
+        rm.requires_grad_(False),
+        gain,
+        bias,
+        losses,
+        float(pairwise_loss(r_c, r_r)),
+        float((r_c > r_r).float().mean()),
+        gold_acc,
+    )
+
+
+class GoldLogger:
+    """A ``reward_fn``: returns the proxy's scores, logs the gold score of the same samples."""
+
+    def __init__(self, proxy) -> None:
+        self.proxy, self.gold, self.length = proxy, [], []
+
+    def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        self.gold.append(float(gold_reward(tokens, response_mask).mean()))
+        return self.proxy(tokens, response_mask)
+
+
+def overoptimisation_run(seed: int, beta: float, rm: TrainedRM, steps: int, batch: int) -> dict:
+    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold,
+    KL and response length."""
+    policy, ref, critic, prompts, gen = build_models(seed, batch)
+    logger = GoldLogger(rm)
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=beta, kl_target=None)
+    history = train_ppo(policy, ref, critic, prompts, logger, END_ID, cfg, generator=gen)
+    return dict(
+        seed=seed,
+        beta=beta,
+        proxy=[h.reward for h in history],
+        gold=logger.gold,
+        kl=[h.kl for h in history],
+        length=[h.response_len for h in history],
+    )
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "408b14aedc2bd77a740c9ed74600e202", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+rm_results = load_cached("reward_model")
+rm_cfg = rm_results["config"]
+print(f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
+      f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
+      f"cache written in {rm_results['seconds']:.0f} s")  # fmt: skip
+for seed, r in rm_results["rms"].items():
+    print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
+          f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
+          f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
+          f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}")  # fmt: skip
+rm_noise_ceiling = 1 / (1 + math.exp(-1.0))  # sigmoid(1)
+print(f"a rater who prefers the better of two responses one gold point apart does so "
+      f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4d951aba0c71dfc3b739ecbbfed61879", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
+# near 60 %: a large share of the initial policy's pairs tie on gold (the first cell of this
+# section printed it), and a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
+# where gold differs, the model is right almost every time. On the distribution it was trained on,
+# this is a good reward model.
+#
+# ### 3.8 Optimising a learned reward: over-optimisation, measured
+#
+# Now run the chapter's PPO against the *normalised learned* reward instead of the program, with a
+# fixed $\beta$ and no controller, so that the KL is free to grow, and log the gold score of the
+# very samples the proxy scored (`GoldLogger`). Gao, Schulman and Hilton (2023) did this at scale,
+# with a large "gold" reward model labelling the data for smaller proxies, and found the same shape
+# every time: as the policy moves away from its start, measured by $\sqrt{\mathrm{KL}}$, the proxy
+# reward keeps rising while the gold reward rises, peaks and falls. The figure shows every step of
+# every run (three reward models, one per seed, three values of $\beta$).
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8d8ddd70fb2726168d166d54357f00c1", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def summarise(results: dict) -> dict:
+    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL."""
+    out = {}
+    for beta, runs in results["runs"].items():
+        peak = [max(range(len(r["gold"])), key=r["gold"].__getitem__) for r in runs]
+        out[beta] = dict(
+            gold_start=statistics.fmean(r["gold"][0] for r in runs),
+            gold_peak=statistics.fmean(r["gold"][i] for r, i in zip(runs, peak, strict=True)),
+            kl_at_peak=statistics.fmean(r["kl"][i] for r, i in zip(runs, peak, strict=True)),
+            gold_final=statistics.fmean(statistics.fmean(r["gold"][-5:]) for r in runs),
+            proxy_final=statistics.fmean(statistics.fmean(r["proxy"][-5:]) for r in runs),
+            kl_final=statistics.fmean(statistics.fmean(r["kl"][-5:]) for r in runs),
+            length_final=statistics.fmean(statistics.fmean(r["length"][-5:]) for r in runs),
+        )
+    rms = results["rms"].values()
+    out["rm"] = dict(
+        heldout_accuracy=statistics.fmean(r["heldout_accuracy"] for r in rms),
+        gold_accuracy=statistics.fmean(r["gold_accuracy"] for r in rms),
+    )
+    return out
+
+
+def plot_overoptimisation(results: dict):
+    """Gold and proxy reward of every step against sqrt(KL), one colour per beta, all seeds."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, (beta, runs) in enumerate(results["runs"].items()):
+        color = ("C0", "C3", "C2", "C1")[i % 4]
+        for j, r in enumerate(runs):
+            x = [math.sqrt(max(k, 0.0)) for k in r["kl"]]
+            ax.plot(x, r["proxy"], "--", color=color, lw=1, alpha=0.8,
+                    label=f"proxy (learned RM), beta {beta}" if j == 0 else None)  # fmt: skip
+            ax.plot(x, r["gold"], "-", color=color, lw=1.5,
+                    label=f"gold, beta {beta}" if j == 0 else None)  # fmt: skip
+    ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
+    ax.set_ylabel("mean reward of the step's samples")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+rm_summary = summarise(rm_results)
+print(f"{'beta':>6} {'gold start':>10} {'gold peak':>9} {'KL at peak':>10} {'gold end':>8} "
+      f"{'proxy end':>9} {'KL end':>6} {'length end':>10}")  # fmt: skip
+for beta in rm_cfg["betas"]:
+    s = rm_summary[str(beta)]
+    print(f"{beta:>6g} {s['gold_start']:>10.2f} {s['gold_peak']:>9.2f} {s['kl_at_peak']:>10.2f} "
+          f"{s['gold_final']:>8.2f} {s['proxy_final']:>9.2f} {s['kl_final']:>6.2f} "
+          f"{s['length_final']:>10.2f}")  # fmt: skip
+rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
+print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
+      f"{rm_summary[rm_low]['gold_final']:.2f} while the proxy ends at {rm_summary[rm_low]['proxy_final']:.2f} "
+      f"standard deviations above the initial policy")  # fmt: skip
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "05be5de7b35225261f6ec5103a73bdc5", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
+show(
+    plot_overoptimisation(rm_results),
+    alt="Scatter of lines: gold reward (solid) and learned proxy reward (dashed) against the square "
+    "root of the KL to the reference, for every PPO step of three seeds at three fixed betas. The "
+    "proxy rises steadily with the square root of KL; the gold reward rises at first, peaks at a "
+    "small KL and falls well below its starting value for the smallest beta, which reaches the "
+    "largest KL; the largest beta stays at small KL near the gold peak.",
+)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4481b60b20a6fc65520d9c3c4058e5ee", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# What the runs show (the cell above prints the numbers):
+#
+# - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
+#   every position. The proxy calls that the best response it has seen, several standard deviations
+#   above the initial policy, while the gold score ends well below where it *started*. The reward
+#   model was never wrong about the data it saw; it was asked about responses far outside it, where
+#   "more `good` is better" was an extrapolation.
+# - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
+#   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
+#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$).
+#   The KL fee is what holds a run near that peak: the largest $\beta$ stops at a small KL and
+#   keeps most of the gold gain. This is the reason the chapter's KL term exists,
+#   measured.
+# - **Length rides along.** Every run also pushes its responses to the maximum length (the last
+#   column; the initial policy's mean length is printed below). On the toy that is partly
+#   legitimate: on the initial policy's samples, longer responses have more room for the `good`
+#   tokens gold pays for, so length and gold are correlated in the very data the reward model learns
+#   from (the cell below measures the correlation). A reward model cannot tell a feature that
+#   *causes* preference from one that merely travels with it. Singhal et al. (2023) measured this
+#   confound in real RLHF: on standard preference datasets much of PPO's reward gain comes from
+#   longer outputs, and optimising for length alone recovers most of it.
+#
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3176f5be7988ae7aa81a24fce929bc9a", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
+rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
+                 generator=torch.Generator().manual_seed(6))  # fmt: skip
+rm_len = rm_init.response_mask.sum(1)  # (1024,)
+rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
+rm_corr = torch.corrcoef(torch.stack([rm_len, rm_gold]))[0, 1]
+rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values() for r in runs)
+print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
+      f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f6110d7f6a95900298b211a30af323b6", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
+# stop), reward models trained on fresh samples of the current policy, ensembles whose disagreement
+# flags extrapolation, and explicit length control.
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2c669cb4ca1fe40fb96cc164f34da96", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
 #
-# On the toy, §3's loop takes a few seconds (its cell prints the time; about 0.1 s per step). At production scale the same loop is limited by two
-# budgets that the algorithm description hides: **memory**, because one PPO step keeps four
-# networks resident, and **wall-clock**, because every step starts by sampling fresh responses one
-# token at a time. This section prices both, measures the split on the toy (with your own
-# `ppo_update`), and then lists the failure modes you will meet and how to tell them apart.
-#
+# On the toy, §3's loop takes a few seconds; the cell below divides the time its run printed by its
+# number of steps. At production scale the same loop is limited by two budgets that the algorithm
+# description hides: **memory**, because one PPO step keeps four networks resident, and
+# **wall-clock**, because every step starts by sampling fresh responses one token at a time. This
+# section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
+# the failure modes you will meet and how to tell them apart.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1828c20024b1bd41f86804758f9f87d6", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+print(
+    f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
+)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "39b2521f05d11020220bcb51041fe198", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.1 Memory: four models, two of them trained
 #
 # Count static state per parameter, before activations and KV cache. A model trained with
@@ -1224,7 +1762,7 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # instead of the LM head, and the "reward model" is `good_count_reward`, a Python function with no
 # weights.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7c355e73074022a42f937e814eef0631", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6e187bebca10d0727f21ec0a20b31ef0", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from IPython.display import Markdown, display
 
 from mlbook.posttrain.systems import (
@@ -1234,7 +1772,7 @@ from mlbook.posttrain.systems import (
     rlhf_over_pretraining,
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "29c15be700d1f1d9a93e3ef226022cc4", "grade": false, "grade_id": "40_systems-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e320c3c5c1f7b6f677c575bbddfd1974", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
@@ -1242,11 +1780,11 @@ toy_rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
 print(f"toy policy: {n_policy:,} parameters, critic: {n_critic:,} parameters")
 display(Markdown(format_memory_table(toy_rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "904738495f39a2a57415aacdae46186e", "grade": false, "grade_id": "40_systems-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7ce4ac654d1a7a9d7162fdc238db68e8", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now a 7B policy with a critic, reference and reward model of the same size, the usual
 # back-of-envelope setting (decimal units, $1\,\text{GB} = 10^9$ bytes):
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bae286d7102f9664143d73adb1aca078", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b5746d62a9aeb9d9a1989427c523e815", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rows_7b = rlhf_memory_table(7e9)
 display(Markdown(format_memory_table(rows_7b)))
 total_7b = rows_7b[-1]
@@ -1256,11 +1794,12 @@ print(
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c25880c205b130d6aa297b65c5eb9d79", "grade": false, "grade_id": "40_systems-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7f0431491813333e8b2fbe8a7ba0bee3", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
-# - **Shard it.** ZeRO stage 3 (DeepSpeed) or FSDP (PyTorch) partitions weights, gradients and
+# - **Shard it.** ZeRO stage 3 (DeepSpeed; Rajbhandari et al., 2020, arXiv:1910.02054) or FSDP
+#   (PyTorch) partitions weights, gradients and
 #   optimiser state of each trained model across the $N$ data-parallel ranks and gathers a layer's
 #   weights just before it runs, so static memory per GPU is about $36P/N$ bytes: 252 GB over 8
 #   GPUs is about 32 GB each. The frozen pair can be sharded the same way, offloaded to CPU between
@@ -1270,13 +1809,14 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
 # - **Drop the critic.** GRPO replaces $V(s_t)$ with the mean reward of a group of samples for the
-#   same prompt; with a rule-based verifier instead of a reward model only the policy (16) and the
+#   same prompt, and divides by the group's reward standard deviation; with a rule-based verifier
+#   instead of a reward model only the policy (16) and the
 #   reference (2) remain.
 #
 # The cell below prices these variants for 7B. The LoRA row assumes adapters with 1 % of the base's
 # parameters; the exact share depends on the rank and which matrices get adapters.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "583b4d187498e8fadf9e2f490a16f166", "grade": false, "grade_id": "40_systems-6", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2f9dcd439d2863bc0119fc78e8f82a94", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 P, lora_share = 7e9, 0.01
 variants = {
     "PPO, four full models": 16 + 16 + 2 + 2,
@@ -1289,7 +1829,7 @@ variants = {
 for name, bytes_per_param in variants.items():
     print(f"{name:<52} {bytes_per_param:5.2f} B/param -> {human_bytes(bytes_per_param * P):>7}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2f7107aa069c9dd24aa0b7c221e2ff8b", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3fe282d44e1b78e7e545cee00f107482", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.2 Time: where the seconds of a step go
 #
 # A PPO step has four phases. This section times them with one definition, the `StepClock` of
@@ -1319,7 +1859,7 @@ for name, bytes_per_param in variants.items():
 # split on the toy, builds a model that predicts it from two measured properties of this machine,
 # checks the prediction against the measurement, and then asks the same model about a 7B policy.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e91fe4f8253ffb1b83d145055bd7ae9a", "grade": false, "grade_id": "40_systems-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "155a298612ecec80b0579dc7a23c5c89", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 h100_bf16_flops, h100_hbm_bytes_per_s = 989e12, 3.35e12  # H100 SXM: dense bf16, HBM3 [H100]
 ridge = h100_bf16_flops / h100_hbm_bytes_per_s
 floor_ms = 1e3 * 2 * 7e9 / h100_hbm_bytes_per_s  # read 14 GB of bf16 weights once per step
@@ -1328,13 +1868,13 @@ print(f"decode does about B FLOPs per weight byte read: memory-bound for B < {ri
 print(f"7B, one GPU: each decode step takes >= {floor_ms:.1f} ms just to stream the weights,")
 print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequential steps")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1035dbf4b440f02368e701bde8cd3550", "grade": false, "grade_id": "40_systems-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "80ab99208b3b0d8a35e33d0b2d4f2c39", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now measure the toy. `time_ppo_step` runs one step on copies of your trained `policy` and `critic`
 # (a fresh optimiser each time, so nothing in the notebook changes) and reports the median of each
 # phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
 # reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b20d6fb7dc22aebdaa5637d2f4ca8c39", "grade": false, "grade_id": "40_systems-10", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ed86f5a211b1714f8839f2f3cb0c665b", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 from functools import partial
 
@@ -1347,7 +1887,7 @@ n_resp = split["response_tokens"]
 print(f"one PPO step on the toy: {len(prompts)} prompts, {n_resp:.0f} response tokens")
 print(format_time_split(split))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c50dfa2e7a8a9bc305c8dc53dd589b17", "grade": false, "grade_id": "40_systems-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "107ca4645c8f523e1d838ca3af824bd0", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # At eight tokens the update dominates. Before changing the response length, fix the sampler.
 #
 # **The KV cache.** The toy's `sample` has so far been *naive*: every step runs the model over the
@@ -1355,12 +1895,21 @@ print(format_time_split(split))
 # passes, and a response of $n$ tokens about $n^2/2$. Yet in a causal model the keys and values of
 # earlier positions never change when a token is appended. A KV cache keeps them, one
 # $(B, H, t, d/H)$ pair per layer: the prompt runs once (the *prefill*), then each step feeds only
-# the newest token, appends its key and value, and lets its query attend over the cache. Every
+# the newest token, stores its key and value, and lets its query attend over the cache. Every
 # production sampler works this way. `sample(..., use_cache=True)` is the toy's version; with the
 # same generator it draws the same tokens, and its log-probs agree with the naive ones to float
 # rounding, which the cell checks on the trained policy.
+#
+# *How* the cache grows matters as much as having one. Appending with `torch.cat` allocates a new
+# tensor one position longer and copies the whole cache into it at every step, so the copies alone
+# cost $O(n^2)$ bytes again. `KVCache` instead allocates each layer's buffers once, for every
+# position the call can reach ($P + n$), writes each new key and value into the next free column,
+# and hands attention a view of the filled part. The sampler's own tokens, mask and log-probs are
+# preallocated the same way. (Paged attention in vLLM goes one step further and allocates the cache
+# in fixed-size blocks on demand, so that rows of different lengths waste no memory; Kwon et al.,
+# 2023.)
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e1dd379cb098951b21f2a3c917e99982", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "47d53001b616b21d5cd851bc5da5ccaa", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.toy_lm import sample
 
@@ -1371,14 +1920,46 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0545db8553a1fdf3f69fdd5a08f27b9e", "grade": false, "grade_id": "40_systems-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b063ee56d4a00afcdf0fca9f4dd3af32", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **How fast can a cache make sampling?** Two bounds, one from counting and one from the clock. The
+# naive sampler's step $t$ processes all $t$ positions, the cached one a single position, so for a
+# prompt of $P$ tokens and $n$ new ones the naive sampler does $\sum_{t=P}^{P+n-1} t / n = P + (n-1)/2$
+# times the token passes. That would be the speed-up if time were proportional to work. It is not on
+# the toy: each decode step also pays a fixed cost (Python, operator dispatch, the sampling itself)
+# that no cache removes. The honest bound is therefore measured: a sampler whose every step is a
+# forward pass over **one** token and nothing else (it attends to no past, so its samples are
+# meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
+# one and that floor at batch 64 and 64 new tokens (a short warm-up, then the median of three), and
+# prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
+# with more repeats.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "98d3d7920914c16f86f71439214af028", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+kv_P, kv_n = prompts.shape[1], 64
+kv_work_bound = sum(range(kv_P, kv_P + kv_n)) / kv_n
+print(
+    f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
+)
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f72d358e000a5625e0a754d396af040a", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from mlbook.posttrain.systems import time_samplers
+from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
+
+kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
+kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
+print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
+      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
+print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
+      f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "72eda21f7b77137fbac6e531dbb91c92", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
-# for. It times one step per length and sampler on 32 prompts, one repeat each to keep the notebook
-# quick, so expect some noise: `make bench` runs lengths 8 to 128 on 64 prompts with medians.
+# for. One untimed pass first pays the one-off costs (allocations, first calls), then each length
+# and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
+# on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "17b5375ba83c265bc768c058c295672d", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2f4abf52d89f7bd3a2352ff52eb7cb30", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
@@ -1387,14 +1968,15 @@ sweep_cfg = ToyLMConfig(max_len=72)
 sw_models = build_models(seed=0, batch=32, cfg=sweep_cfg)  # policy, ref, critic, prompts, gen
 sw_prompts = sw_models.prompts
 lengths = (8, 32, 64)
-rows = sweep_time_split(*sw_models[:4], lengths, repeats=1, warmup=0, **step_fns)
+sweep_time_split(*sw_models[:4], lengths[:1], repeats=1, warmup=0, **step_fns)  # warm-up, discarded
+rows = sweep_time_split(*sw_models[:4], lengths, repeats=3, warmup=0, **step_fns)  # medians of 3
 print(format_sweep(rows))
 gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
 for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "36aaeba9637459c51cae681203ee6971", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a429e5882d65c63e95b457d415918423", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -1411,7 +1993,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4c8eec7b95c95f5ec9ceec1a4ea892f4", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d7a9c4dd30a299c9671d18f916544b37", "grade": false, "grade_id": "40_systems-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 import io
 
@@ -1472,15 +2054,16 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "76539128e2adea674877ca3ebc467708", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ae579b4526d074c429e8f6d9cc257be2", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
 #   the response length and soon rivals the update; with it each step costs about the same and
-#   generation grows linearly. At 8 tokens the two samplers barely differ; from 32 tokens on the
-#   cached one's share is clearly lower. The model predicts a speed-up that grows with the length
-#   (the cell prints it); the measured one, from single repeats on a shared machine, follows it
-#   up to noise.
+#   generation grows linearly. How much the cache saves depends on the length: at 8 tokens a
+#   naive step re-reads a prefix of at most a dozen positions, so there is little to save, and the
+#   saving grows with every token added. The model predicts a speed-up that grows with the length
+#   (the cell prints it); the measured speed-ups, medians of three on whatever this machine is
+#   doing, are printed above for you to set beside it.
 # - **The model predicts the split, not the clock.** Its shares land close to the measured ones
 #   (the cell prints how close), but it underestimates the absolute step time at the larger sizes:
 #   the matmuls here are 32 wide, far too thin to reach the FLOP rate of a 512x512 matmul. A
@@ -1500,7 +2083,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7776bead93b47beb8550174815016690", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9028d1a7989d724ab4d0bed44f776167", "grade": false, "grade_id": "40_systems-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
@@ -1530,7 +2113,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1b88c9da3cddd68361fc4f8eb3847e99", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "78377cace0817939d02f2befb12924ab", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -1543,8 +2126,8 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #   multiplies generation's time, not the update's, and is exactly what inference engines fix.
 # - **The decode batch is smaller than it looks.** The policy's training state, the other models
 #   and the activations compete for the same memory, so the KV cache and with it $B$ shrink; the
-#   table shows generation's share rising as $B$ falls. With ZeRO-3 the weights must also be
-#   gathered before decoding (Llama 2's report names this).
+#   table shows generation's share rising as $B$ falls. With fully sharded training (ZeRO-3, or
+#   FSDP, the one Llama 2's report names) the weights must also be gathered before decoding.
 # - **Lengths vary.** A static batch runs until its longest response ends, so the model's uniform
 #   512 tokens understate generation; long reasoning traces make it worse.
 # - **The figure comes without its setting.** OpenRLHF states the share without the model size,
@@ -1561,17 +2144,32 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
 #
-# Production stacks therefore move rollouts to an inference engine (vLLM, SGLang: paged KV cache,
-# continuous batching), copy the new weights into it after every update, and often overlap
-# generation for step $k+1$ with training on step $k$. That overlap makes the data one update stale,
-# which PPO's ratio can absorb **only if** $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that actually sampled (§3's `sampler=` argument). A second, subtler gap: even with
-# identical weights, an inference engine's kernels do not reproduce the trainer's numbers exactly.
-# Most stacks therefore recompute $\log\pi_{\text{old}}$ with the trainer *using the weights that sampled*
-# (in synchronous training the first epoch then starts at ratio 1) and, if they correct the engine/trainer mismatch at all, do it with a separate
-# truncated importance weight (OpenRLHF's `enable_vllm_is_correction`). Llama 2's report describes
-# the other half of the problem: with FSDP, sampling was very slow until the full weights were
-# gathered onto each node once before generation and freed afterwards.
+# Production stacks therefore move rollouts to an inference engine (vLLM, whose PagedAttention
+# (Kwon et al., 2023, arXiv:2309.06180) pages the KV cache, or SGLang; both batch continuously),
+# copy the new weights into it after every update, and often overlap
+# generation for step $k+1$ with training on step $k$ (Noukhovitch et al., 2024, arXiv:2410.18252,
+# study this asynchronous RLHF). That overlap makes the data one update stale. PPO's "old policy"
+# does two jobs, and stale data can be handled in two ways that differ in which job each copy does:
+#
+# 1. **One old policy.** Record $\log\pi_{\text{old}}$ under the weights that actually sampled (§3's
+#    `sampler=` argument). The ratio $\pi_\theta/\pi_{\text{old}}$ then both corrects for the lag and
+#    anchors the clip, so the lag already uses up part of the band before the first step.
+# 2. **Decoupled.** Recompute the log-probs with the policy as it is when the update starts, the
+#    *proximal* policy, and clip around those; multiply each token's term by a separate behaviour
+#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, truncated to a range, which carries the correction
+#    (Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the step this
+#    update takes. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
+#    exercise 5 measures both designs on the toy.
+#
+# What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
+# quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
+# remains even in synchronous training: at the same weights an inference engine's kernels do not
+# reproduce the trainer's numbers exactly. OpenRLHF (v0.11.0) recomputes $\log\pi_{\text{old}}$ in the
+# trainer and, with `--algo.advantage.is_correction_enable`, applies the decoupled weight between
+# the trainer's and the engine's log-probs, truncated to $[0.5, 5]$ by default, in the policy loss of
+# `openrlhf/models/loss.py`; the same code serves its asynchronous mode. Llama 2's report describes
+# one more cost of sampling inside the trainer: with FSDP, sampling was very slow until the full
+# weights were gathered onto each node once before generation and freed afterwards.
 #
 # ### 4.3 Failure modes: symptom, cause, fix
 #
@@ -1582,12 +2180,12 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # |---|---|---|---|
 # | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; length penalty or length-controlled RM |
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
-# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which Huang et al. (2024) found hurt |
+# | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
 # | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
-# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, so the importance correction vanishes | Compare $\log\pi_{\text{old}}$ with the log-probs recorded at sampling (`collect_rollouts` does, to 1e-4); with correct bookkeeping a stale batch starts at ratio $\neq 1$ (exercise 5 prints how far) and the clip fraction rises | Record $\log\pi_{\text{old}}$ under the weights that sampled; cap staleness at one update |
-# | Measured KL to the reference is negative | Impure sampling: top-$k$/top-$p$, suppressed EOS or other logit processors make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
+# | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, and *no behaviour weight* to carry the correction | Is there a $\pi_{\text{prox}}/\pi_{\text{behav}}$ factor in the loss? Compare the recomputed log-probs with those recorded at sampling; their gap is the missing weight (exercise 5 prints it) | Either record $\log\pi_{\text{old}}$ under the weights that sampled, or keep the recomputation and add the truncated behaviour weight (decoupled PPO, §4.2); cap staleness either way |
+# | KL to the reference persistently and clearly negative (a small negative batch mean is noise: only the expectation of $k_1$ is $\ge 0$) | Impure sampling: top-$k$/top-$p$, a suppressed EOS or other logit processors, a temperature used in one place only, or greedy decoding (DeepSpeed-Chat decodes greedily for Llama models) make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones; does the mean stay below zero for many steps, beyond its batch-to-batch spread? | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
 # | KL and ratios slightly off everywhere | Temperature applied while sampling but not when computing log-probs | Same comparison, off by a constant factor in the logits | Divide the logits by the same temperature in every log-prob computation |
 # | Ratio $\neq 1$ on the first minibatch of the first epoch | Non-deterministic forward: dropout left on, different padding or position ids between rollout and update | $\max\vert\log\pi_\theta - \log\pi_{\text{old}}\vert$ before any step (§3's `ppo_update` raises on it) | Disable dropout; identical padding side, attention mask and position ids in both passes |
 # | Reward has no effect or the wrong sign on some rows | Score off by one: placed on a PAD position that the masks then zero out, instead of the last response token (TRL's deliberate slot after EOS is another matter, see §5) | Print the column where the score lands next to the decoded tokens | Index the last position where the response mask is 1 |
@@ -1610,7 +2208,221 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "097457054fb04ca5345bd7a585fbe9b5", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7d2f09e1684c1be5a4853c1b62658722", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
+#
+# In §3 the critic has one job: a baseline $V(s_t)$ that lowers the variance of the advantage
+# without biasing it. It costs a second trained network (16 bytes per parameter in §4.1's
+# accounting) and a second forward and backward pass per epoch. When every prompt gets several
+# samples, the other samples of the same prompt provide a baseline for free, and two methods built
+# on that idea are now common:
+#
+# - **RLOO** (REINFORCE leave-one-out; Ahmadian et al., 2024): draw $k$ responses per prompt, and
+#   give response $i$ the advantage $A_i = R_i - \frac{1}{k-1}\sum_{j \ne i} R_j$. The baseline does
+#   not contain $R_i$, so it stays unbiased; $A_i$ applies to every token of the response. The
+#   authors report that REINFORCE-style methods, RLOO among them, outperform PPO (and DPO) on their
+#   RLHF benchmarks while dropping the critic.
+# - **GRPO** (Shao et al., 2024, DeepSeekMath): the same groups, with the group's mean subtracted
+#   **and its standard deviation divided out**, $A_i = (R_i - \operatorname{mean}_j R_j)/\operatorname{std}_j R_j$,
+#   so every prompt contributes advantages of unit scale whether its rewards spread widely or
+#   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
+#   than in the reward.
+#
+# The comparison below changes only the advantage. All three arms draw 64 responses per step (GAE:
+# 64 prompts; RLOO and GRPO: 16 prompts, $k = 4$ each), pay the same per-token KL fee in the reward
+# with a fixed $\beta = 0.3$ (so GRPO's KL sits in the reward here, not in its loss), and update
+# with the same clipped surrogate, epochs and learning rate. Each arm runs for 40 steps on three
+# seeds; the sweep is cached like §3.8's.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ccfc5545af03543bcc8bfa65a261c1d4", "grade": false, "grade_id": "45_critic_free-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def _validate_groups(returns: torch.Tensor, k: int) -> None:
+    if returns.dim() != 1 or not returns.is_floating_point():
+        raise ValueError(f"returns must be a 1-D float tensor (B,), got {tuple(returns.shape)}")
+    if k < 2 or returns.shape[0] % k:
+        raise ValueError(
+            f"need k >= 2 samples per prompt and B divisible by k, got B={returns.shape[0]}, k={k}"
+        )
+
+
+def rloo_advantages(returns: torch.Tensor, k: int) -> torch.Tensor:
+    """Leave-one-out baseline: (B,) -> (B,), rows grouped as k consecutive samples per prompt.
+
+    ``A_i = R_i - mean_{j != i} R_j`` over the other samples of the same prompt, which equals
+    ``k / (k - 1) * (R_i - mean_j R_j)``: unbiased, because the baseline does not use R_i.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    others = (r.sum(dim=1, keepdim=True) - r) / (k - 1)  # (B/k, k) mean of the other k - 1
+    return (r - others).reshape(-1)  # (B,)
+
+
+def grpo_advantages(returns: torch.Tensor, k: int, eps: float = 1e-6) -> torch.Tensor:
+    """Group-normalised return: (B,) -> (B,), ``(R_i - mean_group) / (std_group + eps)``.
+
+    The std is the group's unbiased sample std (``torch.std``, as TRL's GRPO trainer computes it);
+    a group whose returns are all equal gets advantage 0 everywhere.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    mean, std = r.mean(dim=1, keepdim=True), r.std(dim=1, keepdim=True)  # (B/k, 1) each
+    return ((r - mean) / (std + eps)).reshape(-1)  # (B,)
+
+
+def sequence_returns(scores: torch.Tensor, roll: dict, beta: float) -> torch.Tensor:
+    """Score minus the KL fee summed over the response: (B,). Equal to the sum of the chapter's
+    shaped rewards over the response (gamma = 1)."""
+    validate_mask(roll["mask"])
+    log_ratio = (roll["logp_old"] - roll["logp_ref"]) * roll["mask"]  # (B, T-1)
+    return scores.to(log_ratio.dtype) - beta * log_ratio.sum(dim=1)  # (B,)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "009f01294f547e04527ae284f1adfc7e", "grade": false, "grade_id": "45_critic_free-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# One group of four responses to the same prompt, to see what each baseline does with it:
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8f60d17cd7efad2058cde155fc2a55ab", "grade": false, "grade_id": "45_critic_free-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+cf_group = torch.tensor([3.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # returns of k = 4 samples
+print("returns:                  ", cf_group.tolist())
+print("RLOO advantages:          ", [round(a, 3) for a in rloo_advantages(cf_group, 4).tolist()])
+print("GRPO advantages:          ", [round(a, 3) for a in grpo_advantages(cf_group, 4).tolist()])
+print("RLOO / (R - group mean):  ", round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
+      "= k / (k - 1)")  # fmt: skip
+print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
+      "(no signal, no update)")  # fmt: skip
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6afc8d6f4dd861f3cbf6e151555e5aec", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
+    """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
+    averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
+    reward averaged over the first ``first`` steps; ``wobble``: the std of the reward over the
+    last 20 steps (how much it still swings from step to step); seconds per run; the bytes of the
+    critic's weights and of its gradients plus Adam state (0 without a critic)."""
+    beta, out = results["config"]["beta"], {}
+    for arm, runs in results["runs"].items():
+        rew = [statistics.fmean(r["reward"][-last:]) for r in runs]
+        kls = [statistics.fmean(r["kl"][-last:]) for r in runs]
+        obj = [r - beta * k for r, k in zip(rew, kls, strict=True)]
+        out[arm] = dict(
+            early=statistics.fmean(statistics.fmean(r["reward"][:first]) for r in runs),
+            wobble=statistics.fmean(statistics.pstdev(r["reward"][-20:]) for r in runs),
+            reward=statistics.fmean(rew), reward_min=min(rew), reward_max=max(rew),
+            kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
+            objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
+            seconds=statistics.fmean(r["seconds"] for r in runs),
+            critic_bytes=runs[0]["critic_bytes"],
+            critic_train_bytes=runs[0]["critic_state_bytes"],
+        )  # fmt: skip
+    return out
+
+
+def format_table(summary: dict, beta: float) -> str:
+    """A Markdown table, one row per arm; ranges are min-max over seeds."""
+    lines = [
+        f"| advantage | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
+        "| reward std, last 20 steps | s per run | critic weights | critic grads + Adam |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm.upper()} | {s['early']:.2f} "
+            f"| {s['reward']:.2f} ({s['reward_min']:.2f}-{s['reward_max']:.2f}) "
+            f"| {s['kl']:.2f} ({s['kl_min']:.2f}-{s['kl_max']:.2f}) "
+            f"| {s['objective']:.2f} ({s['objective_min']:.2f}-{s['objective_max']:.2f}) "
+            f"| {s['wobble']:.2f} "
+            f"| {s['seconds']:.1f} | {s['critic_bytes'] / 1e3:.0f} kB "
+            f"| {s['critic_train_bytes'] / 1e3:.0f} kB |"
+        )
+    return "\n".join(lines)
+
+
+def plot_arms(results: dict):
+    """Reward and KL per step, mean over seeds with a min-max band, one colour per arm."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for arm, color in zip(ARMS, ("C0", "C3", "C2"), strict=True):
+        runs = results["runs"][arm]
+        for ax, field in zip(axes, ("reward", "kl"), strict=True):
+            data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
+            steps = range(1, data.shape[1] + 1)
+            ax.plot(
+                steps,
+                data.mean(0),
+                color=color,
+                lw=1.5,
+                label=f"{arm.upper()} ({data.shape[0]} seeds)",
+            )
+            ax.fill_between(
+                steps, data.min(0).values, data.max(0).values, color=color, alpha=0.2, lw=0
+            )
+    axes[0].set_title("mean reward (good tokens)", fontsize=10)
+    axes[1].set_title("KL to the reference (per sequence)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step (64 samples each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+ARMS = ("gae", "rloo", "grpo")
+
+
+cf_results = load_cached("critic_free")
+cf_beta = cf_results["config"]["beta"]
+cf_summary = summarise(cf_results)
+display(Markdown(format_table(cf_summary, cf_beta)))
+cf_obj = [s["objective"] for s in cf_summary.values()]
+print(
+    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three arms"
+)
+print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
+      f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
+      f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
+cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
+    cf_summary[a]["seconds"] for a in ("rloo", "grpo")
+)
+print(
+    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x as long as a critic-free one"
+)
+print(
+    f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
+)
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "297cd86fcc9081fa67bccfaf527e6712", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
+show(
+    plot_arms(cf_results),
+    alt="Two panels over 40 steps, mean of three seeds with min-max bands: reward (left) and KL to "
+    "the reference (right) for GAE with a critic, RLOO and GRPO. The three reward curves rise "
+    "together from about 0.5 to about 5 good tokens within 15 steps and then overlap; the KL curves "
+    "rise to about 10 nats and overlap too.",
+)
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9569f792c2093afedd6aaac4e043dce", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Where each wins, on this measurement (the table and the cell above give the numbers):
+#
+# - **Final quality: a tie.** With the same samples and the same KL fee, the three arms end at the
+#   same reward, KL and regularised objective, within the spread over seeds. The toy's reward is
+#   one number at the end of at most eight tokens, with nothing for token-level credit to find, so
+#   a learned $V(s_t)$ has little to add over a group baseline.
+# - **Speed per sample: no clear winner.** GAE's mean reward over the first ten steps is a little
+#   higher, but not on every seed: the spread over three seeds is as large as the gap. Whatever
+#   extra information the critic's per-token values carry, this task does not reward it.
+# - **Cost: RLOO and GRPO, clearly.** Without the critic a run is much cheaper in wall time (no
+#   critic forward, backward or optimiser step; the cell prints the ratio, and every seed agrees)
+#   and the critic's weights, gradients and Adam state are gone; at 7B that is the 112 GB the cell
+#   prints.
+#
+# What the toy cannot settle is how the estimators compare on long responses with informative
+# intermediate tokens, where a good critic can assign credit inside a response and a sequence-level
+# advantage cannot; GRPO's per-group normalisation also changes how much each prompt counts, a choice
+# this task with equal-difficulty prompts does not test. Published comparisons need the same care
+# as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
+# benchmarks, so a weak result for any method may be a weakly tuned baseline.
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f1f2c8b9d624272909cdfdb8cf85f1eb", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -1678,20 +2490,27 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # | KL term in the reward | $k_1 = \log\pi - \log\pi_{\text{ref}}$ per token, $k_3$ optional | $k_1$ by default ($k_2$, $k_3$ options), clamped to $\pm 10$ | $k_1$ | $k_1$ |
 # | Where the score lands | last response token (legacy trainer); from 0.12 the slot after EOS, which stays in the value loss | last position of the action mask; score clipped to $\pm 10$ | column $-1$ of the fixed-length response, also when it was truncated before that | last response token (<code>&lt;&#124;end&#124;&gt;</code> if emitted) |
 # | No EOS emitted | optional penalty | length-penalty hooks | score replaced by $-1$ | score kept |
-# | Tokens after the stop token | masked out of every loss | masked | kept: truncation turns them into padding and no mask removes them from the losses | masked |
+# | Tokens after the stop token | masked out of every loss | masked | kept: sampling runs to the fixed length past the stop token, and only the reward model's copy is truncated; log-probs, KL fee, GAE and both losses see the raw tokens | masked |
 # | Advantage whitening | masked, per local batch, unbiased variance | global masked mean, population variance | per minibatch, over every column (no mask), biased variance | masked, global across ranks, population variance |
-# | Reward whitening | optional, off | none | on (Huang et al. found it hurt) | none |
-# | Value loss | clipped at 0.2 around $V_{\text{old}}$ | clipped at 0.5 | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 |
-# | Adaptive KL controller | legacy: $\beta_0 = 0.2$, target 6, horizon 10,000 **samples** | same class when a target is set | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes | horizon in **updates** |
+# | Reward whitening | optional, off | none | on (Huang et al.: lower preference rates and shorter completions, see below) | none |
+# | Value loss | clipped at 0.2 around $V_{\text{old}}$, `vf_coef` 0.1 | clipped at 0.5, own optimiser | clipped at 0.2, `vf_coef` 0.1 | clipped at 0.2, `vf_coef` 0.5 (CleanRL's) |
+# | Adaptive KL controller | legacy (up to 0.11): $\beta_0 = 0.2$, target 6, horizon 10,000 **samples**; from 0.12 none, fixed `kl_coef` | same class when a target is set; fixed by default | $\beta_0 = 0.15$, target 6, horizon $10^4$ episodes (launch configs) | horizon in **updates** |
 #
-# **Controller units.** The original controller is
+# **Controller units.** The controller in lm-human-preferences' released code (the paper writes a fixed
+# gain $K_\beta = 0.1$ instead, §2.4) is
 # $\beta \leftarrow \beta\,\big(1 + \mathrm{clip}(\mathrm{KL}/\kappa - 1, -0.2, 0.2)\cdot n/h\big)$, where
 # $n$ is the number of samples consumed by the update and the horizon $h$ is counted in samples.
-# The form $\beta \leftarrow \beta(1 + e/h)$ used in §2.4 is the special case $n = 1$ with $h$ counted in
+# The form $\beta \leftarrow \beta(1 + e/h)$ that this chapter's run uses (§2.4) is the special case $n = 1$ with $h$ counted in
 # updates, so a horizon of $10^4$ samples at $B$ samples per update is $10^4/B$ updates, not $10^4$. The
 # target $\kappa$ also has a unit: LMHP and TRL compare it with the per-sequence KL (sum of log-ratios
 # over the response, averaged over samples); a per-token mean, as OpenRLHF logs, is smaller by the
 # response length. The cell below checks that the two forms give the same $\beta$ trajectory.
+#
+# **Reward whitening, read closely.** lm-human-preferences whitens the rewards of every batch (scale
+# only, the mean is kept). Huang et al. (2024) found that runs with it won fewer preference
+# comparisons *and* wrote shorter completions; once the comparison controls for length, the two
+# settings come out about the same. So "whitening hurt" is mostly "whitening made the summaries
+# shorter", the same length-reward entanglement that §3.6 shows in miniature.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b01934661e3c529ef8e80c8b00c0973f", "grade": false, "grade_id": "50_production-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def controller_step(beta, kl, target, n_steps, horizon):
@@ -1724,13 +2543,15 @@ print(
     f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3cfb63f63b8ff2f638c3f8ce30531ec1", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2a3bdd43d3c7eb678176de460d42b740", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
 #   it) the plain log-ratio $k_1$ is an unbiased per-sample estimate of the KL, negative values
-#   included. Used as a *loss*, as GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
-#   $\rho = \pi_{\text{ref}}/\pi_\theta$, its value is unbiased and non-negative but its gradient is not the gradient of the KL.
+#   included; GAE then turns it into the score-function gradient of the KL. Used as a *loss*, as
+#   GRPO (Shao et al., 2024) does with $k_3 = (\rho - 1) - \log\rho$ where
+#   $\rho = \pi_{\text{ref}}/\pi_\theta$, an estimator's value being unbiased says nothing about its
+#   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
 #   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
@@ -1744,6 +2565,61 @@ print(
 #   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
 #   chapter's run.
 #
+# **KL as a loss: the value is not the gradient.** Tang and Munos (2025) point out that
+# differentiating a sampled KL estimate, with the samples held fixed as autograd does, does not give
+# the gradient of the KL. On a single categorical distribution everything can be summed exactly, so
+# the cell below takes $\pi_\theta = \mathrm{softmax}(\theta)$ over six tokens and a fixed reference,
+# and computes the *expected* gradient of three per-sample losses: $k_1$ and $k_3$ as losses, and
+# $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
+# It compares them with the exact gradients of the two KL directions.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9d2e0f93920c298742431f9fad0abbb0", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+g6 = torch.Generator().manual_seed(0)
+theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
+logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
+
+
+def expected_grad(per_sample):
+    """sum_x pi(x) * grad per_sample(x): the mean gradient over samples x ~ pi, each held fixed."""
+    logp = torch.log_softmax(theta, dim=0)  # (6,)
+    return torch.autograd.grad((logp.exp().detach() * per_sample(logp)).sum(), theta)[0]
+
+
+def exact_grad(kl):
+    return torch.autograd.grad(kl(torch.log_softmax(theta, dim=0)), theta)[0]
+
+
+reverse_kl = exact_grad(
+    lambda lp: (lp.exp() * (lp - logp_ref6)).sum()
+)  # KL(pi || ref), the objective
+forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
+grads = {
+    "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
+    "k3 as a loss": expected_grad(lambda lp: (logp_ref6 - lp).exp() - 1 - (logp_ref6 - lp)),
+    "k1 as a reward": expected_grad(lambda lp: (lp - logp_ref6).detach() * lp),
+}
+print("gradient of KL(pi || ref):", [round(g, 4) + 0.0 for g in reverse_kl.tolist()])
+for name, g in grads.items():
+    print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
+          f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
+assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
+assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
+    grads["k1 as a reward"], reverse_kl
+)
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4f01cab7454020fc303a78321501091b", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Three different answers. $k_1$ used as a loss has zero expected gradient, because
+# $\mathbb E_\pi[\nabla\log\pi] = 0$: it regularises nothing. $k_3$ used as a loss has gradient
+# $(1 - \pi_{\text{ref}}/\pi_\theta)\nabla\log\pi_\theta$, whose expectation is the gradient of the
+# *other* direction, $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$: a sensible regulariser, but not the
+# reverse KL the objective of §2.1 names, and the two part ways as the policy moves away from the
+# reference. Only $k_1$ in the reward, weighting $\nabla\log\pi_\theta$ like any other reward, gives
+# the gradient of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, which is why this chapter (like
+# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there. Over a sequence there is a
+# second catch that a single distribution cannot show: a per-token KL loss ignores how the current
+# token changes the distribution of the later ones, so it is a partial gradient at best (Tang and
+# Munos, 2025).
+#
 # **The score one slot after EOS.** TRL's PPO trainer from version 0.12 adds the score at the
 # position *after* the stop token on purpose, and keeps that position in the critic's loss (not in
 # the policy's). That is a design choice, not the off-by-one of §4.3, where the score lands on a
@@ -1754,7 +2630,7 @@ print(
 # critic has learned to predict the score at the slot, which is what keeping the slot in the value
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8e1b7e1f0092ddbf70fe6cb43ebf3453", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9e4cdcf713ca2fb4d3b1dfe586d4f00d", "grade": false, "grade_id": "50_production-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 R_kl = torch.tensor(
     [[0.02, -0.01, 0.03, 0.0]]
 )  # KL terms of a 3-token response; column 3 is the slot after EOS
@@ -1776,7 +2652,74 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
     "so check that its ✓ check cell passes first"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4a5f6475cbe79be0af74aceed2742c20", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97844be49de79fd31926836899c559af", "grade": false, "grade_id": "50_production-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **The defaults you will meet.** Reading a paper's or a colleague's settings, you need to know what
+# they left at the library's default. The cell below lists those defaults for two maintained stacks,
+# read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
+# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0f289d33bb3c17f1f5cc0970a7ece728", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
+    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
+    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),
+    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "0.95"),
+    "gamma": ("1.0", "1", "1.0"),
+    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2"),
+    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.2"),
+    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "[-5, 5]"),
+    "KL estimator in the reward": ("k1 (`kl_estimator`; k3 optional)", "k1 (`--algo.kl.estimator`; k2, k3)", "k1"),
+}  # fmt: skip
+c = CHAPTER_RUN
+chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
+           f"{c.clip_eps}", f"{c.clip_eps} (the policy's)", "none", "k1"]  # fmt: skip
+rows = ["| setting | TRL 1.12.0 (`trl.experimental.ppo.PPOConfig`) | OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) "
+        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |", "|---|---|---|---|---|"]  # fmt: skip
+for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+    rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
+display(Markdown("\n".join(rows)))
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9b6353d786c9df9a884f8141c5e87eb", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
+# result reported "with default settings" says little until you know which library. $\beta$ differs
+# by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
+# does (§2.4). And the language-model stacks weight the critic less than the control-task default
+# this chapter borrowed from CleanRL, or give it a separate optimiser altogether (§2.3).
+#
+# **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
+# response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
+# is one flag in current stacks; none is used by the toy.
+#
+# - *Clip-higher.* Give the ratio band different edges, $[1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}}]$
+#   with $\epsilon_{\text{high}} > \epsilon_{\text{low}}$ (0.28 against 0.2 in DAPO, Yu et al., 2025,
+#   arXiv:2503.14476), so unlikely tokens with a positive advantage can grow further and the entropy
+#   does not collapse; OpenRLHF exposes it as `--actor.eps_clip_low_high`.
+# - *Dual clip.* For $A < 0$ the unclipped side of the surrogate is unbounded as $r \to \infty$; dual-clip
+#   PPO (Ye et al., 2020, arXiv:1912.09729) caps that loss at $c \cdot |A|$ for a constant $c > 1$
+#   (OpenRLHF's `--actor.dual_clip`).
+# - *Token- or sequence-level aggregation.* This chapter averages the loss over all response tokens
+#   of the batch, so every token weighs the same and a long response counts more than a short one.
+#   GRPO as first published averages within each response and then over responses, which gives each
+#   token of a long response *less* weight; DAPO argues for the token mean on long chains of thought,
+#   and Liu et al. (2025, arXiv:2503.20783, "Dr. GRPO") show that the per-response mean, like GRPO's
+#   division by the group's reward standard deviation, biases which responses the update favours.
+#   OpenRLHF's policy loss takes the token mean by default and a per-sequence mean for its GSPO
+#   variant (`--actor.policy_loss_type gspo`).
+# - *Overlong and length penalties.* A response cut at the maximum length has no real ending to score;
+#   DAPO masks such samples out of the loss or ramps a penalty over a buffer before the limit
+#   (OpenRLHF: `--reward.overlong_buffer_len`, `--reward.overlong_penalty_factor`,
+#   `--reward.stop_properly_penalty_coef`), the long-response cousin of LMHP's $-1$ for a missing
+#   stop token.
+# - *Value pretraining and a decoupled $\lambda$.* Yuan et al. (2025, arXiv:2503.01491) trace PPO's
+#   collapse on long chains of thought to the critic: a value model initialised from the reward
+#   model is biased at the start, and with $\lambda < 1$ the end-of-response reward decays before it
+#   reaches early tokens. Their fix pretrains the critic on samples of the frozen initial policy, and
+#   uses $\lambda = 1$ for the critic's targets while the policy's advantages keep a smaller $\lambda$.
+#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form.
+# - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
+#   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
+#   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
+#   parameter).
+#
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
 # - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
@@ -1795,10 +2738,13 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 #   minibatch whose mean ratio exceeds it, skipping the step rather than letting one outlier batch
 #   cause a loss spike.
 #
-# Library churn is real: TRL moved its PPO trainer to an experimental module and later removed it,
-# so pin the version you build on.
+# Library churn is real. TRL's rewritten PPO trainer left the top-level package for
+# `trl.experimental.ppo` in the 1.x series (`trl.experimental.ppo.PPOTrainer`, still there in TRL
+# 1.12.0), and the experimental module is gone from TRL 1.16.0; OpenRLHF renamed its command-line
+# flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
+# the version you build on, and read its defaults from the code rather than from a blog post.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "394cc06151b775dcae11094eb51a100f", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dffc6f2512d6f6040965dfcfc2bd5bbc", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -1824,14 +2770,18 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 #
 # The alternative, a KL term in the loss (as GRPO does), needs an estimator whose *gradient* is
 # right, which is a different requirement from an unbiased *value*: $k_3$ has the second but not the
-# first.
+# first. Differentiated as a loss, its expected gradient is that of $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$,
+# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual
-# tokens that the reference likes more than the policy earn a small refund. What *is* a bug is a
-# negative **average**: it means the samples did not come from the distribution you scored
-# (top-$k$/top-$p$, a suppressed EOS, a temperature applied in one place only), so the estimator's
-# premise fails. Clamping or squaring the per-token term to "fix" negatives biases the estimate.
+# tokens that the reference likes more than the policy earn a small refund. Even a batch *average*
+# can dip below zero: only the expectation of $k_1$ is guaranteed non-negative, and when the true KL
+# is small a batch mean of a few hundredths below zero is sampling noise (the legacy TRL trainer only
+# warns below $-1$ nat). What deserves a search is a KL that stays clearly negative step after step:
+# the samples did not come from the distribution you scored (top-$k$/top-$p$, a suppressed EOS, a
+# temperature applied in one place only, greedy decoding), so the estimator's premise fails.
+# Clamping or squaring the per-token term to "fix" negatives biases the estimate.
 #
 # </details>
 #
@@ -1904,11 +2854,14 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # The mitigations: an inference engine for rollouts (paged KV cache, continuous batching, sometimes
 # quantised weights); weight synchronisation from trainer to engine after each update; and
 # pipelining, generating step $k+1$ while training on step $k$. Pipelining makes the data one
-# update stale, which the ratio corrects only if $\log\pi_{\text{old}}$ is the log-probability under the
-# weights that sampled. Engines and trainers also disagree numerically at the same weights, so most
-# stacks recompute $\log\pi_{\text{old}}$ in the trainer *with the weights that sampled* (in synchronous training the
-# ratio is then exactly 1 at the start) and treat the residual
-# engine/trainer gap with a separate truncated importance weight.
+# update stale, and there are two correct answers. Either $\log\pi_{\text{old}}$ is the log-probability
+# under the weights that sampled, so one ratio both corrects and clips; or the update is
+# *decoupled*: clip around log-probs recomputed with the policy at the start of the update (the
+# proximal policy) and carry the correction in a separate, truncated weight
+# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022). The wrong answer is recomputing without
+# the weight. Engines and trainers also disagree numerically at the same weights, which is why a
+# stack like OpenRLHF recomputes in the trainer and applies exactly such a truncated weight between
+# the engine's log-probs and its own.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
 # thousands of tokens per response, a few hundred concurrent sequences already fill the memory the
@@ -2005,7 +2958,7 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 #
 # </details>
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97a038e1f17882cecbef0f135d99d1f7", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ae45effd95c7bbb765a6e3a0ccb04058", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
@@ -2016,8 +2969,10 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # Exercises 3 to 5 ask you to *measure* something. In the solved notebook those measurements call helpers
 # from `mlbook_solutions.exercises`, which drive the same `collect_rollouts`, `ppo_update` and `train_ppo`
 # you met in §3 through `PPOConfig` and their arguments (`sampler=`, `extra_loss=`, `evaluate=`). The
-# two training sweeps (5 seeds, two or three arms each, a couple of minutes of CPU) are read from a cache
-# that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live.
+# two training sweeps (5 seeds, three or four arms each, a couple of minutes of CPU) are read from a cache
+# that `python -m mlbook_solutions.exercises --refresh` regenerates; everything else runs live. Training
+# is chaotic, so a refresh on another CPU moves the digits (a different float32 kernel is enough); the
+# answers below therefore quote only what held on every refresh we ran, and the cells print the rest.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02d01518f06fed43685fd5753a1384f7", "grade": false, "grade_id": "70_exercises-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import matplotlib.pyplot as plt
@@ -2139,12 +3094,14 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false mlbook={"extra_credit": 2} nbgrader={"cell_type": "markdown", "checksum": "e69a6216b66a3f4c120a34827430eb56", "grade": true, "grade_id": "ex3_whitening_argument", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2549b3b172c457e1f0afe1604cb1c557", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Exercise 4 ★★★: PPO-ptx
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "860a05608e65460b8f312d6b668b9d78", "grade": false, "grade_id": "70_exercises-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Exercise 4 ★★★: an SFT anchor during PPO
 #
 # InstructGPT adds pretraining gradients to the PPO loss ("PPO-ptx") so that the policy does not lose what
-# it could do before RL. On the toy the supervised term is the SFT loss on the demonstrations. Implement
-# it: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving `ptx_coef` times the
+# it could do before RL. The toy has no pretraining corpus, so this exercise builds the same kind of term
+# on the data it does have, the SFT demonstrations. That is a different anchor: PPO-ptx holds the policy
+# to the *pretraining* distribution (§5), this term holds it to the supervised behaviour, closer to mixing
+# SFT batches into RL. The code keeps the name `ptx_coef` for the coefficient's role. Implement it: `make_ptx_loss(batch, ptx_coef)` returns a function `extra_loss(policy)` giving `ptx_coef` times the
 # SFT loss of `policy` on the fixed demonstration batch (`demonstration_batch()`, scored with `sft_loss`),
 # as a scalar tensor that carries gradient. `train_ppo(..., extra_loss=...)` passes
 # it on to `ppo_update`, which adds it to every epoch's loss. Then show with curves, over several seeds,
@@ -2152,7 +3109,7 @@ raise NotImplementedError("replace this line with your implementation")
 # value, and that without the term it drifts much further.
 #
 # Start the run from a model that already fits the demonstrations (fine-tune the reference on them first,
-# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the ptx term would simply go on
+# as InstructGPT starts PPO from its SFT model). From the untrained toy LM the SFT term would simply go on
 # teaching the demonstrations, and the SFT loss would fall far below its start.
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "b573682090a5e83b89c67fb35446d142", "grade": false, "grade_id": "ex4_ptx", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -2191,7 +3148,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "b596908cca3ceb9c09b0422e163631ef", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "67553b91d6b97f40614d831f3cbac461", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ee61517f0c04bd4bfaac35004946273f", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 5 ★★★: asynchronous rollouts
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
@@ -2203,7 +3160,14 @@ raise NotImplementedError("replace this line with your implementation")
 # $\pi_\theta(y_t)/\pi_{\text{sampler}}(y_t)$ of every sampled token, (B, T-1) like `token_log_probs`, equal to
 # 1 off the response. Then (a) show over several seeds that the clip fraction rises when the sampler is one
 # update stale, and (b) show numerically what goes wrong if `logp_old` is recorded from the *current*
-# policy instead of the sampler, and explain why that is wrong.
+# policy instead of the sampler and nothing else changes, and explain why that is wrong.
+#
+# (c) Recomputing is not wrong in itself: PPO's old policy does two jobs, and they can be separated (§4.2).
+# `PPOConfig(behaviour_clip=(lo, hi))` makes `ppo_update` clip around the policy as it is when the update
+# starts (the *proximal* policy) and multiply each token's term by the behaviour weight
+# $\pi_{\text{prox}}/\pi_{\text{sampler}}$, clamped to $[lo, hi]$. Run it with OpenRLHF's default
+# $[0.5, 5]$ next to the two arms of (a) and next to recomputation without the weight (a clamp to
+# $[1, 1]$), and say what the weight buys on this toy.
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "22d4060f10009b5b32de55977b7075c8", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def importance_ratios(
@@ -2264,7 +3228,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bd54dcfd64986fe53b2375a637a82923", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cca7b06e1b2800e8c43c0e7549534159", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -2293,7 +3257,7 @@ _checked = check("rlhf_ppo.ipynb")
 # - *Learning to Summarize from Human Feedback.* Stiennon, N., et al. (2020). NeurIPS.
 #   arXiv:2009.01325.
 # - *Training Language Models to Follow Instructions with Human Feedback.* Ouyang, L., et al. (2022).
-#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5 and exercise 4.)
+#   NeurIPS. arXiv:2203.02155. (InstructGPT and PPO-ptx, §5; exercise 4 builds a term of the same shape on SFT data.)
 # - *Constitutional AI: Harmlessness from AI Feedback.* Bai, Y., et al. (2022). arXiv:2212.08073.
 #   (§5.)
 # - *Llama 2: Open Foundation and Fine-Tuned Chat Models.* Touvron, H., et al. (2023).
@@ -2311,14 +3275,64 @@ _checked = check("rlhf_ppo.ipynb")
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). arXiv:2403.17031.
-#   (Reward whitening and the production table, §4.3 and §5.)
+#   (2024). Conference on Language Modeling (COLM). arXiv:2403.17031.
+#   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**
 #
 # - *CleanRL: High-quality Single-file Implementations of Deep Reinforcement Learning Algorithms.*
 #   Huang, S., et al. (2022). JMLR 23(274). github.com/vwxyzjn/cleanrl.
-# - *TRL: Transformer Reinforcement Learning.* von Werra, L., et al. (2020).
-#   github.com/huggingface/trl. (Legacy `PPOTrainer` up to 0.11; the rewritten trainer from 0.12.)
+# - *TRL: Transformers Reinforcement Learning.* von Werra, L., Belkada, Y., Tunstall, L., Beeching, E.,
+#   Thrush, T., Lambert, N., Huang, S., Rasul, K., Gallouédec, Q. (2020). github.com/huggingface/trl
+#   (title and authors as in its `CITATION.cff`). (Legacy `PPOTrainer` up to 0.11; the rewritten
+#   trainer from 0.12, in `trl.experimental.ppo` in the 1.x series up to at least 1.12.0, absent from
+#   1.16.0; the defaults of §5 are read from 1.12.0's `PPOConfig`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
-#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF.
+#   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#
+# **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
+#
+# - *Batch Size-Invariance for Policy Optimization.* Hilton, J., Cobbe, K., Schulman, J. (2022).
+#   NeurIPS. arXiv:2110.00641. (Decoupled PPO: proximal and behaviour policies, §4.2 and exercise 5.)
+# - *Asynchronous RLHF: Faster and More Efficient Off-Policy RL for Language Models.* Noukhovitch, M.,
+#   et al. (2024). arXiv:2410.18252. (§4.2.)
+# - *On a Few Pitfalls in KL Divergence Gradient Estimation for RL.* Tang, Y., Munos, R. (2025).
+#   arXiv:2506.09477. (KL estimators used as losses, §5 and §6 Q1.)
+# - *DAPO: An Open-Source LLM Reinforcement Learning System at Scale.* Yu, Q., et al. (2025).
+#   arXiv:2503.14476. (Clip-higher, token-level loss, overlong shaping, no KL term, §5.)
+# - *Mastering Complex Control in MOBA Games with Deep Reinforcement Learning.* Ye, D., et al. (2020).
+#   AAAI. arXiv:1912.09729. (Dual-clip PPO, §5.)
+# - *Understanding R1-Zero-Like Training: A Critical Perspective.* Liu, Z., et al. (2025).
+#   arXiv:2503.20783. (Dr. GRPO: biases of per-response averaging and of the group std, §5.)
+# - *What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret.* Yuan, Y., Yue, Y.,
+#   Zhu, R., Fan, T., Yan, L. (2025). arXiv:2503.01491. (Value pretraining and decoupled GAE, §5.)
+#
+# **Systems** (§4)
+#
+# - *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models.* Rajbhandari, S., Rasley, J.,
+#   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
+# - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
+#   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
+#   greedy decoding for Llama models, §4.3 and §5.)
+# - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
+#   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)
+#
+# **Reward models, over-optimisation and critic-free advantages** (§3.7, §3.8, §4.5)
+#
+# - *Rank Analysis of Incomplete Block Designs: I. The Method of Paired Comparisons.* Bradley, R. A.,
+#   Terry, M. E. (1952). Biometrika 39(3/4). (The Bradley-Terry model behind the pairwise loss, §3.7.)
+# - *Deep Reinforcement Learning from Human Preferences.* Christiano, P., Leike, J., Brown, T. B.,
+#   Martic, M., Legg, S., Amodei, D. (2017). NeurIPS. arXiv:1706.03741. (A reward model fitted to
+#   pairwise comparisons, §3.7.)
+# - *Scaling Laws for Reward Model Overoptimization.* Gao, L., Schulman, J., Hilton, J. (2023). ICML.
+#   arXiv:2210.10760. (Gold and proxy reward against $\sqrt{\mathrm{KL}}$, §3.8.)
+# - *A Long Way to Go: Investigating Length Correlations in RLHF.* Singhal, P., Goyal, T., Xu, J.,
+#   Durrett, G. (2023). arXiv:2310.03716. (Length as the feature PPO exploits, §3.8.)
+# - *Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in
+#   LLMs.* Ahmadian, A., Cremer, C., Gallé, M., Fadaee, M., Kreutzer, J., Pietquin, O., Üstün, A.,
+#   Hooker, S. (2024). ACL. arXiv:2402.14740. (RLOO, §4.5.)
+# - *Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study.* Xu, S., Fu, W., Gao, J., Ye, W.,
+#   Liu, W., Mei, Z., Wang, G., Yu, C., Wu, Y. (2024). ICML. arXiv:2404.10719. (Well-tuned PPO against
+#   DPO, §4.5.)

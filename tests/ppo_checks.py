@@ -689,3 +689,69 @@ def check_ex5_importance_ratios(importance_ratios, seed=0):
         "log-probs are those of tokens[:, t+1] at position t, and that you return the ratio, not its log",
         atol=1e-5,
     )
+
+
+# ------------------------------------------------------------------ §3.7 extra credit: the reward model
+
+
+def _softplus(x):
+    """log(1 + e^x) for a float, without overflow: the Bradley-Terry loss of margin -x."""
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+@graded("ex_pairwise_loss_test", points=1)
+def check_ex_pairwise_loss(pairwise_loss, seed=0):
+    """ex_pairwise_loss_test: mean over pairs of -log sigmoid(r_chosen - r_rejected), its gradient,
+    finite at large margins, inputs untouched."""
+    g = torch.Generator().manual_seed(seed)
+    for dtype in (torch.float32, torch.float64):
+        for n in (1, 5, 12):
+            r_c = (torch.rand(n, generator=g, dtype=torch.float64) * 6 - 3).to(dtype)
+            r_r = (torch.rand(n, generator=g, dtype=torch.float64) * 6 - 3).to(dtype)
+            keep_c, keep_r = r_c.clone(), r_r.clone()
+            r_c.requires_grad_(True)
+            r_r.requires_grad_(True)
+            got = _call_quiet(pairwise_loss, r_c, r_r)
+            _expect(
+                isinstance(got, torch.Tensor) and got.numel() == 1,
+                "pairwise_loss must return a scalar tensor (one number for the whole batch of pairs)",
+            )
+            margins = [float(c - r) for c, r in zip(keep_c.double(), keep_r.double(), strict=True)]
+            want = sum(_softplus(-d) for d in margins) / n
+            _close(
+                got.detach().reshape(()),
+                torch.tensor(want, dtype=torch.float64),
+                "the loss",
+                "not the mean over pairs of -log sigmoid(r_chosen - r_rejected): check the sign of the "
+                "margin, the log, and that you average (not sum) over pairs",
+                atol=1e-5,
+            )
+            _expect(
+                got.requires_grad,
+                "the loss must carry gradient to both rewards (no detach, no torch.no_grad)",
+            )
+            g_c, g_r = torch.autograd.grad(got, (r_c, r_r), allow_unused=True)
+            _expect(
+                g_c is not None and g_r is not None,
+                "the loss must depend on both r_chosen and r_rejected",
+            )
+            want_g = torch.tensor(
+                [-1.0 / (1.0 + math.exp(d)) / n for d in margins], dtype=torch.float64
+            )  # d/d r_chosen of softplus(-margin) / n = -sigmoid(-margin) / n
+            _close(g_c, want_g, "d loss / d r_chosen", "the loss has the wrong gradient", atol=1e-6)
+            _close(
+                g_r, -want_g, "d loss / d r_rejected", "the loss has the wrong gradient", atol=1e-6
+            )
+            _expect(
+                torch.equal(r_c.detach(), keep_c) and torch.equal(r_r.detach(), keep_r),
+                "pairwise_loss must not modify its inputs",
+            )
+    # A reward model that is confidently wrong on a pair: sigmoid(-120) is 0 in float32, so a loss
+    # written as log(sigmoid(.)) returns inf; the loss is then 120 / 2 per pair (the other pair ~0).
+    big = torch.tensor([0.0, 120.0]), torch.tensor([120.0, 0.0])
+    got = _as_f64(_call_quiet(pairwise_loss, *big), "pairwise_loss(...)")
+    _expect(
+        torch.isfinite(got).all() and abs(float(got.reshape(())) - 60.0) < 1e-3,
+        "the loss must stay finite and exact when a margin is large (about 100): compute "
+        "log sigmoid in a numerically stable way (torch.nn.functional.logsigmoid or softplus)",
+    )

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlbook.posttrain.toy_lm import (
     END_ID,
@@ -49,7 +50,7 @@ def test_cached_logits_equal_full_forward_position_by_position():
     model = peaked_model(3, max_len=40)
     tokens = torch.randint(0, 16, (4, 30), generator=torch.Generator().manual_seed(0))
     full = model(tokens)  # (B, T, V)
-    cache = KVCache(len(model.trunk.blocks))
+    cache = KVCache(len(model.trunk.blocks), max_len=30)
     steps = [model(tokens[:, :5], cache=cache)]  # prompt: 5 positions at once
     steps += [model(tokens[:, t : t + 1], cache=cache) for t in range(5, 30)]  # then one at a time
     assert len(cache) == 30
@@ -114,7 +115,86 @@ def test_cache_guards():
     prompts = make_prompts(2)
     with pytest.raises(ValueError, match="max_len"):
         sample(model, prompts, 8, eos_id=None, use_cache=True)  # 2 + 7 positions > 8
-    cache = KVCache(len(model.trunk.blocks))
+    cache = KVCache(len(model.trunk.blocks), max_len=8)
     model(prompts, cache=cache)
     with pytest.raises(ValueError, match="one token per call"):
         model(prompts, cache=cache)
+    with pytest.raises(ValueError, match="holds max_len=1"):
+        model(prompts, cache=KVCache(len(model.trunk.blocks), max_len=1))  # a 2-token prefill
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts every aten op that runs inside the ``with`` block, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_sampler_never_concatenates(use_cache):
+    """Every buffer is allocated once: no torch.cat (which would copy the whole prefix) per token."""
+    model = peaked_model(9)
+    prompts = make_prompts(8, torch.Generator().manual_seed(9))
+    with _CountOps() as ops:
+        out = sample(model, prompts, 12, eos_id=None, use_cache=use_cache)
+    assert out.tokens.shape == (8, 14)
+    assert ops.counts.get("cat", 0) == 0 and ops.counts.get("stack", 0) == 0, ops.counts
+
+
+class _Recorder(torch.nn.Module):
+    """Wraps the toy LM and records, after each call, where each layer's cached keys live."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.trunk, self.seen = model, model.trunk, []
+
+    def forward(self, tokens, cache=None):
+        logits = self.model(tokens, cache=cache)
+        self.seen.append((len(cache), [k.untyped_storage().data_ptr() for k in cache.keys]))
+        return logits
+
+
+def test_cache_storage_is_allocated_once_and_filled_in_place():
+    model = peaked_model(10)
+    prompts = make_prompts(4, torch.Generator().manual_seed(10))
+    rec = _Recorder(model)
+    sample(rec, prompts, 10, eos_id=None, use_cache=True)
+    lengths = [n for n, _ in rec.seen]
+    assert lengths == list(range(2, 12))  # the prompt, then one position per call
+    first = rec.seen[0][1]
+    assert all(ptrs == first for _, ptrs in rec.seen), "a cache buffer was reallocated"
+    cache = KVCache(len(model.trunk.blocks), max_len=12)
+    model(prompts, cache=cache)
+    assert cache.keys[0].shape == (4, model.cfg.n_heads, 12, model.cfg.d_model // model.cfg.n_heads)
+
+
+def test_cache_rejects_mismatched_keys():
+    cache = KVCache(1, max_len=4)
+    k = torch.zeros(2, 2, 1, 8)
+    cache.extend(0, k, k)
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.extend(0, torch.zeros(3, 2, 1, 8), torch.zeros(3, 2, 1, 8))  # another batch size
+    with pytest.raises(ValueError, match="float64"):
+        cache.extend(0, k.double(), k.double())
+    with pytest.raises(ValueError, match=">= 1"):
+        KVCache(0, 4)
+
+
+def test_time_samplers_reports_three_medians_without_asserting_speed():
+    """`make bench` and §4.2 time the samplers with it; speed itself is measured there, not here."""
+    from mlbook.posttrain.systems import time_samplers
+
+    model = peaked_model(11)
+    prompts = make_prompts(4, torch.Generator().manual_seed(11))
+    secs = time_samplers(model, prompts, 4, repeats=1, warmup=0)
+    assert set(secs) == {"naive", "cached", "floor"} and all(s > 0 for s in secs.values())
+    with pytest.raises(ValueError, match="max_len"):
+        time_samplers(model, prompts, model.cfg.max_len, repeats=1)
+    with pytest.raises(ValueError, match="repeats"):
+        time_samplers(model, prompts, 4, repeats=0)

@@ -430,18 +430,17 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def code_fingerprint() -> str:
-    """sha256 of the code of ``FINGERPRINT_MODULES`` (comments, docstrings, formatting ignored) and
-    of the sweep settings: it changes whenever a change could move a cached number."""
+def code_fingerprint(modules: tuple[str, ...] = FINGERPRINT_MODULES, settings=None) -> str:
+    """sha256 of the code of ``modules`` (comments, docstrings, formatting ignored) and of the
+    sweep ``settings`` (JSON-able; default: the ex4/ex5 sweeps'): it changes whenever a change
+    could move a cached number. The reward-model and critic-free caches pass their own."""
+    if settings is None:
+        settings = [dataclasses.asdict(CHAPTER_RUN), PTX, STALE, STALE_ARMS, REPLAY]
     h = hashlib.sha256()
-    for name in FINGERPRINT_MODULES:
+    for name in modules:
         source = pathlib.Path(importlib.util.find_spec(name).origin).read_text()
         h.update(name.encode() + ast.dump(_without_docstrings(ast.parse(source))).encode())
-    h.update(
-        json.dumps(
-            [dataclasses.asdict(CHAPTER_RUN), PTX, STALE, STALE_ARMS, REPLAY], sort_keys=True
-        ).encode()
-    )
+    h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
 
 

@@ -88,3 +88,21 @@
 #   greedy decoding for Llama models, §4.3 and §5.)
 # - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
 #   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)
+#
+# **Reward models, over-optimisation and critic-free advantages** (§3.7, §3.8, §4.5)
+#
+# - *Rank Analysis of Incomplete Block Designs: I. The Method of Paired Comparisons.* Bradley, R. A.,
+#   Terry, M. E. (1952). Biometrika 39(3/4). (The Bradley-Terry model behind the pairwise loss, §3.7.)
+# - *Deep Reinforcement Learning from Human Preferences.* Christiano, P., Leike, J., Brown, T. B.,
+#   Martic, M., Legg, S., Amodei, D. (2017). NeurIPS. arXiv:1706.03741. (A reward model fitted to
+#   pairwise comparisons, §3.7.)
+# - *Scaling Laws for Reward Model Overoptimization.* Gao, L., Schulman, J., Hilton, J. (2023). ICML.
+#   arXiv:2210.10760. (Gold and proxy reward against $\sqrt{\mathrm{KL}}$, §3.8.)
+# - *A Long Way to Go: Investigating Length Correlations in RLHF.* Singhal, P., Goyal, T., Xu, J.,
+#   Durrett, G. (2023). arXiv:2310.03716. (Length as the feature PPO exploits, §3.8.)
+# - *Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in
+#   LLMs.* Ahmadian, A., Cremer, C., Gallé, M., Fadaee, M., Kreutzer, J., Pietquin, O., Üstün, A.,
+#   Hooker, S. (2024). ACL. arXiv:2402.14740. (RLOO, §4.5.)
+# - *Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study.* Xu, S., Fu, W., Gao, J., Ye, W.,
+#   Liu, W., Mei, Z., Wang, G., Yu, C., Wu, Y. (2024). ICML. arXiv:2404.10719. (Well-tuned PPO against
+#   DPO, §4.5.)

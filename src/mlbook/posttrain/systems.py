@@ -23,7 +23,7 @@ import torch
 from torch.nn import Module
 
 from mlbook.posttrain.roofline import Latency, Machine, Shape, fit_latency, predict_step, shares
-from mlbook.posttrain.toy_lm import END_ID
+from mlbook.posttrain.toy_lm import END_ID, sample
 
 # Bytes per parameter of a model trained with mixed-precision Adam: bf16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments in fp32 (4 + 4) + bf16 gradients (2).
@@ -318,6 +318,54 @@ def format_time_split(split: dict) -> str:
         )
     lines.append(f"{'total':<11} {1e3 * split['total_s']:8.2f} {1:7.1%}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------- the KV cache and its bound
+
+
+@torch.no_grad()
+def one_token_floor(model: Module, prompts: torch.Tensor, new_tokens: int, generator=None) -> None:
+    """``new_tokens`` steps that each run ``model`` on one token and sample from its logits.
+
+    The least work any per-token sampler does per step (a cached one also attends over its past),
+    so its time bounds the speed-up a KV cache can give. Its samples mean nothing: no step sees
+    the tokens before the one it is fed.
+    """
+    x = prompts[:, -1:]  # (B, 1)
+    for _ in range(new_tokens):
+        logp = torch.log_softmax(model(x)[:, -1].float(), dim=-1)  # (B, V)
+        x = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
+
+
+def time_samplers(
+    model: Module, prompts: torch.Tensor, new_tokens: int, repeats: int = 3, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds of the naive sampler, the KV-cached one and :func:`one_token_floor`.
+
+    Every response is ``new_tokens`` long (no stopping). The three are interleaved within each
+    repeat, so that a change of machine load hits them alike. ``warmup`` untimed rounds of a few
+    tokens come first (the first call of each path pays one-off costs). Returns
+    ``{"naive": s, "cached": s, "floor": s}``.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if prompts.shape[1] + new_tokens > model.cfg.max_len:
+        raise ValueError(
+            f"{prompts.shape[1]} + {new_tokens} positions exceed max_len={model.cfg.max_len}"
+        )
+    runs: dict[str, list[float]] = {"naive": [], "cached": [], "floor": []}
+    for i in range(warmup + repeats):
+        n = new_tokens if i >= warmup else min(new_tokens, 4)  # warm-up rounds: a few tokens
+        for name in runs:
+            gen = torch.Generator(device=prompts.device).manual_seed(i)
+            t0 = time.perf_counter()
+            if name == "floor":
+                one_token_floor(model, prompts, n, gen)
+            else:
+                sample(model, prompts, n, eos_id=None, generator=gen, use_cache=name == "cached")
+            if i >= warmup:
+                runs[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in runs.items()}
 
 
 # ------------------------------------------------------------------- sweep and the roofline's view

@@ -74,31 +74,53 @@ class ToyLMConfig:
 
 
 class KVCache:
-    """Keys and values of every position seen so far, one (B, H, T, D/H) pair per layer.
+    """Keys and values of every position seen so far, in buffers allocated once.
 
-    Filled by a forward pass that is given the cache: the first call (the prompt) stores all its
-    positions, each later call appends the keys and values of one new token.
+    Per layer one key and one value buffer of shape (B, H, max_len, D/H), allocated by the layer's
+    first call (the prompt, the *prefill*) and then written in place: each later call stores its
+    new position in the next free column and attention reads a view of the filled columns. Adding
+    a token therefore copies that token's keys and values only. Appending with ``torch.cat``
+    instead reallocates and copies the whole cache at every token: O(n^2) bytes for n tokens.
     """
 
-    def __init__(self, n_layers: int) -> None:
-        self.keys: list[torch.Tensor | None] = [None] * n_layers
-        self.values: list[torch.Tensor | None] = [None] * n_layers
+    def __init__(self, n_layers: int, max_len: int) -> None:
+        if n_layers < 1 or max_len < 1:
+            raise ValueError(f"n_layers and max_len must be >= 1, got {n_layers} and {max_len}")
+        self.max_len = max_len
+        self.keys: list[torch.Tensor | None] = [None] * n_layers  # (B, H, max_len, D/H) each
+        self.values: list[torch.Tensor | None] = [None] * n_layers  # (B, H, max_len, D/H) each
+        self.filled = [0] * n_layers  # positions written so far, per layer
 
     def __len__(self) -> int:
         """Positions cached so far (0 before the first forward)."""
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+        return self.filled[0]
 
     def extend(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append this call's (B, H, t, D/H) keys and values to ``layer``'s; return all of them."""
-        if self.keys[layer] is not None:
-            k, v = (
-                torch.cat([self.keys[layer], k], dim=2),
-                torch.cat([self.values[layer], v], dim=2),
+        """Write this call's (B, H, t, D/H) keys and values after ``layer``'s cached ones; return
+        views of all cached positions, (B, H, T_cached, D/H) each (no copy of the earlier ones)."""
+        if self.keys[layer] is None:  # the prefill: allocate once, for every position to come
+            B, H, _, Dh = k.shape
+            self.keys[layer] = k.new_empty(B, H, self.max_len, Dh)
+            self.values[layer] = v.new_empty(B, H, self.max_len, Dh)
+        keys, values = self.keys[layer], self.values[layer]
+        if k.shape != v.shape or k.shape[:2] + k.shape[3:] != keys.shape[:2] + keys.shape[3:]:
+            raise ValueError(
+                f"layer {layer}: keys {tuple(k.shape)} and values {tuple(v.shape)} do not fit a "
+                f"cache of (B, H, max_len, D/H) = {tuple(keys.shape)}"
             )
-        self.keys[layer], self.values[layer] = k, v
-        return k, v  # (B, H, T_cached, D/H)
+        if k.dtype != keys.dtype or v.dtype != keys.dtype:
+            raise ValueError(f"layer {layer}: cache holds {keys.dtype}, got {k.dtype}/{v.dtype}")
+        start, stop = self.filled[layer], self.filled[layer] + k.shape[2]
+        if stop > self.max_len:
+            raise ValueError(
+                f"the KV cache holds max_len={self.max_len} positions, asked for {stop}"
+            )
+        keys[:, :, start:stop] = k  # in place: only the new positions are copied
+        values[:, :, start:stop] = v
+        self.filled[layer] = stop
+        return keys[:, :, :stop], values[:, :, :stop]  # (B, H, T_cached, D/H) views
 
 
 class Block(nn.Module):
@@ -239,40 +261,55 @@ def sample(
 
     Without a cache every step runs the model over the whole prefix (B, t) and keeps the last
     position. ``use_cache=True`` runs the prompt once, then feeds one token per step and reuses
-    every earlier position's keys and values (a :class:`KVCache`; the model must accept
-    ``cache=``); same tokens for the same generator, log-probs equal to float rounding.
+    every earlier position's keys and values (a :class:`KVCache` sized for P + max_new_tokens
+    positions, allocated once; the model must accept ``cache=``); same tokens for the same
+    generator, log-probs equal to float rounding. No buffer grows by concatenation: tokens, mask
+    and log-probs are written in place too.
     ``use_cache=None`` takes ``model.cfg.use_cache`` (False unless set).
     """
     if prompts.dim() != 2 or prompts.dtype != torch.long:
         raise ValueError(
             f"prompts must be a (B, P) long tensor, got {tuple(prompts.shape)} {prompts.dtype}"
         )
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if max_new_tokens < 1 or prompts.shape[1] < 1:
+        raise ValueError(
+            f"need max_new_tokens >= 1 and a prompt of >= 1 token, got {max_new_tokens} and "
+            f"{prompts.shape[1]}"
+        )
     if use_cache is None:
         use_cache = getattr(getattr(model, "cfg", None), "use_cache", False)
     B, P = prompts.shape
-    tokens, mask, logps = prompts, prompts.new_zeros(B, P, dtype=torch.float), []
-    alive = torch.ones(B, dtype=torch.bool, device=prompts.device)  # (B,) rows still generating
-    cache, step_in = (KVCache(len(model.trunk.blocks)), prompts) if use_cache else (None, None)
+    T = P + max_new_tokens  # the longest the batch can get; every buffer is allocated once
+    tokens = prompts.new_full((B, T), pad_id)  # (B, T) long, raw samples until the loop ends
+    tokens[:, :P] = prompts
+    logps = torch.zeros(B, T - 1, device=prompts.device)  # (B, T-1) prompt log-probs not recorded
+    ended = torch.zeros(B, dtype=torch.bool, device=prompts.device)  # (B,) emitted eos_id already
+    cache = KVCache(len(model.trunk.blocks), T) if use_cache else None
+    t = P  # columns filled so far
     for _ in range(max_new_tokens):
-        logits = model(step_in, cache=cache) if use_cache else model(tokens)  # (B, t, V)
+        if use_cache:  # the prompt once (prefill), then only the newest token
+            logits = model(tokens[:, :t] if t == P else tokens[:, t - 1 : t], cache=cache)
+        else:  # naive: the whole prefix at every step
+            logits = model(tokens[:, :t])  # (B, t, V)
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V) next-token distribution
-        nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)  # (B,)
-        picked = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (B,)
-        nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
-        tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (B, t+1)
-        mask = torch.cat([mask, alive.float().unsqueeze(1)], dim=1)  # (B, t+1)
-        logps.append(torch.where(alive, picked, torch.zeros_like(picked)))
-        step_in = nxt.unsqueeze(1)  # (B, 1) the cached sampler's next input
+        nxt = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
+        tokens[:, t] = nxt.squeeze(1)
+        logps[:, t - 1] = logp.gather(1, nxt).squeeze(1)
+        t += 1
         if eos_id is not None:
-            alive = alive & (nxt != eos_id)
-        if not alive.any():
-            break
-    prompt_part = torch.zeros(
-        B, P - 1, device=prompts.device
-    )  # log-probs of prompt tokens are not recorded
-    return Samples(tokens, mask, torch.cat([prompt_part, torch.stack(logps, dim=1)], dim=1))
+            ended |= nxt.squeeze(1) == eos_id
+            if ended.all():
+                break
+    # A row's response runs up to and including its first eos_id. What a finished row sampled after
+    # it (rows never interact, so it changed nothing else) becomes padding, with log-prob 0.
+    new = tokens[:, P:t]  # (B, n) view
+    is_end = new == eos_id if eos_id is not None else torch.zeros_like(new, dtype=torch.bool)
+    response = (is_end.cumsum(1) - is_end.long()) == 0  # (B, n) no eos_id strictly before
+    new.masked_fill_(~response, pad_id)
+    mask = torch.zeros(B, t, dtype=torch.float, device=prompts.device)  # (B, t)
+    mask[:, P:] = response
+    logps[:, P - 1 : t - 1] *= response
+    return Samples(tokens[:, :t].contiguous(), mask, logps[:, : t - 1].contiguous())
 
 
 def make_prompts(n: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -1,0 +1,343 @@
+"""Critic-free advantages (RLOO, GRPO) next to GAE, on the toy, with the same samples and KL.
+
+    python -m mlbook_solutions.critic_free --refresh   # rerun the three arms, rewrite the cache
+    python -m mlbook_solutions.critic_free             # print the table of the cached runs
+
+Every arm samples 64 responses per step and pays the same per-token KL fee (fixed beta, in the
+reward); every arm updates the policy with the same clipped surrogate (``ppo_clip_loss``, same
+epochs, same clip). Only the advantage differs:
+
+- ``gae``: the chapter's PPO, a learned critic V(s_t) and GAE over the response, whitened;
+- ``rloo``: k samples per prompt, the sequence's return minus the mean return of the other k - 1
+  (Ahmadian et al., 2024), the same value on every token of the response;
+- ``grpo``: k samples per prompt, the return minus the group mean divided by the group's std
+  (Shao et al., 2024), on every token.
+
+GRPO as published puts the KL in the loss (a k3 term) instead of the reward; here it stays in the
+reward for all three arms, so that only the advantage estimator changes. The sweep (3 arms x 3
+seeds) takes about a minute, so the notebook reads it from the library's cached results
+(``mlbook.posttrain.cached``), built like the exercises' cache (code fingerprint, float64 replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import pathlib
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+from mlbook.posttrain.cached import results_path
+from mlbook.posttrain.masks import validate_mask
+from mlbook.posttrain.toy_lm import (
+    END_ID,
+    build_models,
+    default_dtype,
+    good_count_reward,
+    token_log_probs,
+)
+from mlbook_solutions.exercises import code_fingerprint
+from mlbook_solutions.ppo_lm import (
+    collect_rollouts,
+    ppo_clip_loss,
+    sequence_kl,
+    train_ppo,
+)
+from mlbook_solutions.run_toy import CHAPTER_RUN
+
+RESULTS_PATH = results_path("critic_free")  # shipped with the library: the notebook draws it
+
+
+def _validate_groups(returns: torch.Tensor, k: int) -> None:
+    if returns.dim() != 1 or not returns.is_floating_point():
+        raise ValueError(f"returns must be a 1-D float tensor (B,), got {tuple(returns.shape)}")
+    if k < 2 or returns.shape[0] % k:
+        raise ValueError(
+            f"need k >= 2 samples per prompt and B divisible by k, got B={returns.shape[0]}, k={k}"
+        )
+
+
+def rloo_advantages(returns: torch.Tensor, k: int) -> torch.Tensor:
+    """Leave-one-out baseline: (B,) -> (B,), rows grouped as k consecutive samples per prompt.
+
+    ``A_i = R_i - mean_{j != i} R_j`` over the other samples of the same prompt, which equals
+    ``k / (k - 1) * (R_i - mean_j R_j)``: unbiased, because the baseline does not use R_i.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    others = (r.sum(dim=1, keepdim=True) - r) / (k - 1)  # (B/k, k) mean of the other k - 1
+    return (r - others).reshape(-1)  # (B,)
+
+
+def grpo_advantages(returns: torch.Tensor, k: int, eps: float = 1e-6) -> torch.Tensor:
+    """Group-normalised return: (B,) -> (B,), ``(R_i - mean_group) / (std_group + eps)``.
+
+    The std is the group's unbiased sample std (``torch.std``, as TRL's GRPO trainer computes it);
+    a group whose returns are all equal gets advantage 0 everywhere.
+    """
+    _validate_groups(returns, k)
+    r = returns.view(-1, k)  # (B/k, k)
+    mean, std = r.mean(dim=1, keepdim=True), r.std(dim=1, keepdim=True)  # (B/k, 1) each
+    return ((r - mean) / (std + eps)).reshape(-1)  # (B,)
+
+
+def critic_memory(critic: nn.Module, tokens: torch.Tensor) -> tuple[int, int]:
+    """Bytes of the critic's weights, and of what training it adds: its gradients plus the state
+    Adam allocates for it, measured after one step on a copy: ``(weights, grads + Adam state)``."""
+    critic = copy.deepcopy(critic)
+    opt = torch.optim.Adam(critic.parameters())
+    critic(tokens).sum().backward()
+    opt.step()
+    weights = sum(p.numel() * p.element_size() for p in critic.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in critic.parameters())
+    state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+                if torch.is_tensor(t))  # fmt: skip
+    return weights, grads + state
+
+
+ESTIMATORS = {"rloo": rloo_advantages, "grpo": grpo_advantages}
+
+
+class NoCritic(nn.Module):
+    """The stand-in ``collect_rollouts`` gets instead of a value model: V = 0, no parameters."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(tokens.shape, dtype=torch.get_default_dtype(), device=tokens.device)
+
+
+def sequence_returns(scores: torch.Tensor, roll: dict, beta: float) -> torch.Tensor:
+    """Score minus the KL fee summed over the response: (B,). Equal to the sum of the chapter's
+    shaped rewards over the response (gamma = 1)."""
+    validate_mask(roll["mask"])
+    log_ratio = (roll["logp_old"] - roll["logp_ref"]) * roll["mask"]  # (B, T-1)
+    return scores.to(log_ratio.dtype) - beta * log_ratio.sum(dim=1)  # (B,)
+
+
+def critic_free_update(
+    policy: nn.Module,
+    opt: torch.optim.Optimizer,
+    roll: dict,
+    scores: torch.Tensor,  # (B,)
+    beta: float,
+    k: int,
+    estimator: str,
+    epochs: int,
+    clip_eps: float,
+    max_grad_norm: float,
+) -> float:
+    """``epochs`` full-batch steps of the clipped surrogate with a per-sequence advantage on every
+    response token. Returns the last epoch's clip fraction."""
+    m = roll["mask"]  # (B, T-1)
+    adv = ESTIMATORS[estimator](sequence_returns(scores, roll, beta), k)  # (B,)
+    adv = adv.unsqueeze(1) * m  # (B, T-1) the same advantage on every response token
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for _ in range(epochs):
+        logp_new = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * m  # (B, T-1)
+        loss, clip_frac = ppo_clip_loss(logp_new, roll["logp_old"], adv, m, clip_eps)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        opt.step()
+    return clip_frac
+
+
+@dataclasses.dataclass(kw_only=True)
+class CriticFreeConfig:
+    """The sweep: every arm sees ``prompts * k`` samples per step for ``steps`` steps."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 40
+    prompts: int = 16
+    """Distinct prompts per step for RLOO/GRPO (the GAE arm samples prompts * k distinct ones)."""
+    k: int = 4
+    """Samples per prompt (RLOO, GRPO)."""
+    beta: float = 0.3
+    """Fixed KL coefficient of every arm (the chapter's starting beta): the fee binds, so the arms
+    are compared on the KL-regularised objective, not on a saturated reward."""
+
+
+SWEEP = CriticFreeConfig()
+REPLAY = dict(seed=0, steps=4)
+
+
+def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | None = None) -> dict:
+    """One run of ``arm`` (``gae``, ``rloo`` or ``grpo``): per-step reward and KL, its wall time,
+    and the bytes the critic and its Adam state take (0 without a critic)."""
+    steps = cfg.steps if steps is None else steps
+    batch = cfg.prompts * cfg.k
+    run = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=cfg.beta, kl_target=None)
+    t0 = time.perf_counter()
+    if arm == "gae":
+        policy, ref, critic, prompts, gen = build_models(seed, batch)
+        history = train_ppo(
+            policy, ref, critic, prompts, good_count_reward, END_ID, run, generator=gen
+        )
+        reward, kl = [h.reward for h in history], [h.kl for h in history]
+        critic_bytes, state_bytes = critic_memory(critic, prompts)
+    else:
+        policy, ref, _, prompts, gen = build_models(seed, cfg.prompts)
+        prompts = prompts.repeat_interleave(cfg.k, dim=0)  # (prompts * k, P): groups of k rows
+        opt = torch.optim.Adam(policy.parameters(), lr=run.lr)
+        reward, kl = [], []
+        for _ in range(steps):
+            roll = collect_rollouts(
+                policy, ref, NoCritic(), prompts, run.max_new_tokens, END_ID, gen
+            )
+            scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()  # (B,)
+            reward.append(float(scores.mean()))
+            kl.append(sequence_kl(roll))
+            critic_free_update(policy, opt, roll, scores, run.beta, cfg.k, arm, run.ppo_epochs,
+                               run.clip_eps, run.max_grad_norm)  # fmt: skip
+        critic_bytes = state_bytes = 0
+    return dict(
+        arm=arm,
+        seed=seed,
+        reward=reward,
+        kl=kl,
+        seconds=time.perf_counter() - t0,
+        critic_bytes=critic_bytes,
+        critic_state_bytes=state_bytes,
+    )
+
+
+ARMS = ("gae", "rloo", "grpo")
+FINGERPRINT_MODULES = (
+    "mlbook.posttrain.toy_lm",
+    "mlbook.posttrain.masks",
+    "mlbook_solutions.ppo_lm",
+    "mlbook_solutions.run_toy",
+    "mlbook_solutions.critic_free",
+)
+
+
+def fingerprint() -> str:
+    settings = [dataclasses.asdict(CHAPTER_RUN), dataclasses.asdict(SWEEP), REPLAY]
+    return code_fingerprint(FINGERPRINT_MODULES, settings)
+
+
+def replay64() -> dict:
+    """The first ``REPLAY["steps"]`` steps of seed 0 of every arm, in float64 (no timings)."""
+    with default_dtype(torch.float64):
+        runs = {a: run_arm(a, REPLAY["seed"], steps=REPLAY["steps"]) for a in ARMS}
+    return {a: dict(reward=r["reward"], kl=r["kl"]) for a, r in runs.items()}
+
+
+def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
+    """Run every arm on every seed (interleaved, so machine load hits the arms alike); replay."""
+    runs = {a: [] for a in ARMS}
+    for seed in SWEEP.seeds:
+        for arm in ARMS:
+            runs[arm].append(run_arm(arm, seed))
+    results = dict(
+        torch=torch.__version__,
+        fingerprint=fingerprint(),
+        config={
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(SWEEP).items()
+        },
+        replay_config=REPLAY,
+        runs=runs,
+        replay64=replay64(),
+    )
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    if verbose:
+        print(f"wrote {path}")
+    return results
+
+
+def load_results(path: pathlib.Path = RESULTS_PATH) -> dict:
+    """The cached sweep (``python -m mlbook_solutions.critic_free --refresh`` regenerates it)."""
+    return json.loads(path.read_text())
+
+
+def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
+    """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
+    averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
+    reward averaged over the first ``first`` steps; ``wobble``: the std of the reward over the
+    last 20 steps (how much it still swings from step to step); seconds per run; the bytes of the
+    critic's weights and of its gradients plus Adam state (0 without a critic)."""
+    beta, out = results["config"]["beta"], {}
+    for arm, runs in results["runs"].items():
+        rew = [statistics.fmean(r["reward"][-last:]) for r in runs]
+        kls = [statistics.fmean(r["kl"][-last:]) for r in runs]
+        obj = [r - beta * k for r, k in zip(rew, kls, strict=True)]
+        out[arm] = dict(
+            early=statistics.fmean(statistics.fmean(r["reward"][:first]) for r in runs),
+            wobble=statistics.fmean(statistics.pstdev(r["reward"][-20:]) for r in runs),
+            reward=statistics.fmean(rew), reward_min=min(rew), reward_max=max(rew),
+            kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
+            objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
+            seconds=statistics.fmean(r["seconds"] for r in runs),
+            critic_bytes=runs[0]["critic_bytes"],
+            critic_train_bytes=runs[0]["critic_state_bytes"],
+        )  # fmt: skip
+    return out
+
+
+def format_table(summary: dict, beta: float) -> str:
+    """A Markdown table, one row per arm; ranges are min-max over seeds."""
+    lines = [
+        f"| advantage | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
+        "| reward std, last 20 steps | s per run | critic weights | critic grads + Adam |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm.upper()} | {s['early']:.2f} "
+            f"| {s['reward']:.2f} ({s['reward_min']:.2f}-{s['reward_max']:.2f}) "
+            f"| {s['kl']:.2f} ({s['kl_min']:.2f}-{s['kl_max']:.2f}) "
+            f"| {s['objective']:.2f} ({s['objective_min']:.2f}-{s['objective_max']:.2f}) "
+            f"| {s['wobble']:.2f} "
+            f"| {s['seconds']:.1f} | {s['critic_bytes'] / 1e3:.0f} kB "
+            f"| {s['critic_train_bytes'] / 1e3:.0f} kB |"
+        )
+    return "\n".join(lines)
+
+
+def plot_arms(results: dict):
+    """Reward and KL per step, mean over seeds with a min-max band, one colour per arm."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for arm, color in zip(ARMS, ("C0", "C3", "C2"), strict=True):
+        runs = results["runs"][arm]
+        for ax, field in zip(axes, ("reward", "kl"), strict=True):
+            data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
+            steps = range(1, data.shape[1] + 1)
+            ax.plot(
+                steps,
+                data.mean(0),
+                color=color,
+                lw=1.5,
+                label=f"{arm.upper()} ({data.shape[0]} seeds)",
+            )
+            ax.fill_between(
+                steps, data.min(0).values, data.max(0).values, color=color, alpha=0.2, lw=0
+            )
+    axes[0].set_title("mean reward (good tokens)", fontsize=10)
+    axes[1].set_title("KL to the reference (per sequence)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step (64 samples each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--refresh", action="store_true", help="rerun the sweep and rewrite the cache")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    results = refresh() if args.refresh else load_results()
+    print(format_table(summarise(results), results["config"]["beta"]))
+
+
+if __name__ == "__main__":
+    main()

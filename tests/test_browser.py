@@ -114,6 +114,12 @@ class Server:
             time.sleep(0.5)  # polling interval of an explicit wait, not a fixed delay
         raise TimeoutError("the Jupyter server did not answer")
 
+    def kernels_idle(self) -> bool:
+        """Every kernel of the server has started and is idle (the server's own REST API)."""
+        with urllib.request.urlopen(self.url("/api/kernels"), timeout=5) as r:
+            states = [k["execution_state"] for k in json.load(r)]
+        return bool(states) and all(s == "idle" for s in states)
+
     def __enter__(self):
         self.wait_ready()
         return self
@@ -209,10 +215,6 @@ def _lab_busy(driver) -> bool:
     )
 
 
-@pytest.mark.skip(
-    reason="unfinished: under test the notebook opens but the wait for an idle kernel / Run All never "
-    "completes (by hand the same steps pass: every check ✓, 11 of 11 visible checks); see issue 18's report"
-)
 def test_student_runs_all_in_jupyterlab(browser, tmp_path):
     work = tmp_path / "rlhf-ppo-work"
     _answered_copy(work)
@@ -220,8 +222,9 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
         browser.get(lab.url("/lab/tree/rlhf_ppo.ipynb"))
         wait = WebDriverWait(browser, 180, poll_frequency=0.5)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"))
-        # The kernel is up and the notebook is the current widget (Run All acts on the current one).
-        wait.until(lambda d: "| Idle" in d.find_element(By.TAG_NAME, "body").text)
+        # The kernel is up (the server says so: JupyterLab's status bar shows no kernel state in
+        # headless Chromium) and the notebook is the current widget (Run All acts on the current one).
+        wait.until(lambda d: lab.kernels_idle())
         browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").click()
         # Run > Run All Cells, through the menu as a student would.
         menu = next(
@@ -241,7 +244,9 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
         # Run All ends with the "Check your work" cell, the last code cell: its summary means done.
         WebDriverWait(browser, 900, poll_frequency=1).until(
             lambda d: (
-                re.search(r"\d+ of \d+ visible checks pass", _notebook_text(d)) and not _lab_busy(d)
+                re.search(r"\d+ of \d+ visible checks pass", _notebook_text(d))
+                and not _lab_busy(d)
+                and lab.kernels_idle()
             )
         )
         prompts = browser.execute_script(

@@ -1733,7 +1733,8 @@ print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO ste
 # section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
 # the failure modes you will meet and how to tell them apart.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1828c20024b1bd41f86804758f9f87d6", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7742056cd8c8b80efe5bbfc1b1d217e7", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
 print(
     f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
 )
@@ -1933,14 +1934,16 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
 # with more repeats.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "98d3d7920914c16f86f71439214af028", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "51f42ce627131945ecba4b8b2cf5d9a0", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# Demonstration only: the autograder skips this cell.
 kv_P, kv_n = prompts.shape[1], 64
 kv_work_bound = sum(range(kv_P, kv_P + kv_n)) / kv_n
 print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f72d358e000a5625e0a754d396af040a", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9454dfe7f7ea7af1a0b41e612d4c757d", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import time_samplers
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -2658,7 +2661,8 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
 # arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0f289d33bb3c17f1f5cc0970a7ece728", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "40370161aada66eaed96bec65d093016", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# Demonstration only: the autograder skips this cell.
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
     "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
     "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),

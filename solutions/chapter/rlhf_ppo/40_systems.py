@@ -8,7 +8,7 @@
 # section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
 # the failure modes you will meet and how to tell them apart.
 
-# %% needs_answers=true
+# %% needs_answers=true demo=true
 print(
     f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
 )
@@ -205,14 +205,14 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
 # with more repeats.
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] demo=true
 kv_P, kv_n = prompts.shape[1], 64
 kv_work_bound = sum(range(kv_P, kv_P + kv_n)) / kv_n
 print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %%
+# %% demo=true
 from mlbook.posttrain.systems import time_samplers
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 

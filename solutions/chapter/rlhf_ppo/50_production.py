@@ -234,7 +234,7 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
 # arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] demo=true
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
     "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
     "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),

@@ -26,6 +26,18 @@ from ppo_checks import CHECKS
 ROOT = layout().root
 NB = "rlhf_ppo"
 SIX = [gid for gid, check in CHECKS.items() if not check.extra]  # the six named tests
+# Extra credit a correct submission earns before manual grading: the graded exercises' checks.
+EXTRA_AUTO = sum(check.points for check in CHECKS.values() if check.extra)
+
+
+def extra_max() -> float:
+    """All the extra credit on offer: the graded exercises plus the written answers (source notebook)."""
+    from mlbook_tools.driver import EXTRA_PREFIX, cell_points
+
+    source = nbformat.read(ROOT / "autograde" / "source" / NB / f"{NB}.ipynb", as_version=4)
+    return sum(cell_points(c) for c in source.cells
+               if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(EXTRA_PREFIX)
+               and (c.metadata["nbgrader"].get("grade") or c.metadata["nbgrader"].get("task")))  # fmt: skip
 
 
 def _solved_with(answers: dict[str, str]) -> str:
@@ -217,7 +229,10 @@ def test_nbgrader_autograde_grades_through_the_sandbox_and_grade_class_notices(c
     nbformat.write(nb, target)
     run_nbgrader(["autograde", NB, "--force", "--student=wendy"], root)
     scores = read_scores(root / "gradebook.db", NB, "wendy")
-    assert scores["score"] == scores["max_score"] == 10 and scores["extra_credit"]["score"] == 2
+    assert (
+        scores["score"] == scores["max_score"] == 10
+        and scores["extra_credit"]["score"] == EXTRA_AUTO
+    )
     autograded = (root / "autograded" / "wendy" / NB / f"{NB}.ipynb").read_text()
     assert "BEGIN HIDDEN TESTS" not in autograded and "_brute_gae" not in autograded
     assert "sandboxed engine" in autograded
@@ -234,16 +249,12 @@ def test_one_score_everywhere(course):
     from mlbook_tools.grading import grade_notebook
     from nbgrader.api import Gradebook
 
-    core, core_max, extra, extra_max = (
-        10,
-        10,
-        2,
-        8,
-    )  # 8 = two graded exercises (1 each) + 6 for written answers
+    core, core_max = 10, 10  # the six named tests
+    extra, extra_max_ = EXTRA_AUTO, extra_max()  # the graded exercises; they + the written answers
     line = next(
         l for l in (course / "grade_class.txt").read_text().splitlines() if l.startswith("alice")
     )
-    assert f"core {core:4g}/{core_max}  extra {extra}/{extra_max}" in line, line
+    assert f"core {core:4g}/{core_max}  extra {extra:g}/{extra_max_:g}" in line, line
     assert "awaiting manual grading: 5" in line
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:  # what formgrader shows
         sub = gb.find_submission(NB, "alice")
@@ -257,19 +268,19 @@ def test_one_score_everywhere(course):
     assert (scores["score"], scores["max_score"]) == (core, core_max)
     assert (scores["extra_credit"]["score"], scores["extra_credit"]["max_score"]) == (
         extra,
-        extra_max,
+        extra_max_,
     )
     run_nbgrader(["generate_feedback", NB, "--force", "--student=alice"], course)
     html = (course / "feedback" / "alice" / NB / f"{NB}.html").read_text()
     assert (
         f"Core: {core} / {core_max} points." in html
-        and f"Extra credit: {extra} / {extra_max}" in html
+        and f"Extra credit: {extra:g} / {extra_max_:g}" in html
     )
     assert "Awaiting manual grading" in html and "Score: 0.0 / 1.0" not in html
     run_nbgrader(["export", "--to", str(course / "one.csv")], course)
     row = next(r for r in csv.DictReader((course / "one.csv").open()) if r["student_id"] == "alice")
     assert [float(row[k]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
-        core, core_max, extra, extra_max]  # fmt: skip
+        core, core_max, extra, extra_max_]  # fmt: skip
     mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
     assert (mine["score"], mine["max_score"]) == (core, core_max)
-    assert (mine["extra_credit"]["score"], mine["extra_credit"]["max_score"]) == (extra, extra_max)
+    assert (mine["extra_credit"]["score"], mine["extra_credit"]["max_score"]) == (extra, extra_max_)

@@ -51,6 +51,7 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -312,23 +313,33 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         wait.until(lambda d: "alice" in d.find_element(By.TAG_NAME, "body").text)
         assert "None, None" not in browser.find_element(By.TAG_NAME, "body").text
         browser.get(server.url(f"/formgrader/submissions/{nb_id}/"))
+        # An exercise's written answer is extra credit: its nbgrader points are 0, so the score box
+        # takes 0 (graded) and the points go in the cell's "extra credit" box.
         score = wait.until(lambda d: d.find_element(By.ID, gid))
         score.clear()
-        score.send_keys("0.5")
+        score.send_keys("0")
+        extra = browser.find_element(By.ID, f"{gid}_extra_credit")
+        extra.clear()
+        extra.send_keys("0.5")
         box = browser.find_element(By.ID, f"{gid}-comment")
         box.clear()
         box.send_keys(comment)
-        score.click()  # leaving the comment box fires its change event: formgrader saves both
+        box.send_keys(
+            Keys.TAB
+        )  # leaving the comment box fires its change event: formgrader saves both
 
         def saved(_):
             with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
                 grade = gb.find_grade(gid, "rlhf_ppo", "rlhf_ppo", "alice")
                 note = gb.find_comment(gid, "rlhf_ppo", "rlhf_ppo", "alice")
-                return grade.manual_score == 0.5 and note.manual_comment == comment
+                return (grade.manual_score == 0 and grade.extra_credit == 0.5
+                        and not grade.needs_manual_grade and note.manual_comment == comment)  # fmt: skip
 
         WebDriverWait(browser, 90, poll_frequency=0.5).until(saved)
         browser.refresh()
-        wait.until(lambda d: d.find_element(By.ID, gid).get_attribute("value") == "0.5")
+        wait.until(
+            lambda d: d.find_element(By.ID, f"{gid}_extra_credit").get_attribute("value") == "0.5"
+        )
 
     for args in (["generate_feedback", "rlhf_ppo", "--force"], ["export", "--to", "grades.csv"],
                  ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"]):  # fmt: skip

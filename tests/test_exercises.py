@@ -463,11 +463,10 @@ def test_ex5_test_cell_passes_solution_and_rejects_wrong_answers(solved, capfd):
     _run(test_cell, importance_ratios=ex.importance_ratios)
     pol, smp = (lambda p, s: p), (lambda p, s: s)
     masked = _ratios_via(pol, smp)
-    _run(
-        test_cell, importance_ratios=lambda p, s, t, m: masked(p, s, t, m) * m
-    )  # 0 off the response is fine
     assert capfd.readouterr().err == ""
-    wrong = {
+    wrong = {  # the stated rule is "exactly 1 off the response": 0 there, or no mask at all, is wrong
+        "0 off the response": lambda p, s, t, m: masked(p, s, t, m) * m,
+        "not masked": masked,
         "logp_old from the current policy": _ratios_via(pol, pol),
         "inverted": _ratios_via(smp, pol),
         "log-ratio": _ratios_via(pol, smp, log=True),

@@ -263,7 +263,10 @@ def submission_scores(submission, points: dict[str, float] | None = None) -> dic
     grades: dict[str, dict] = {}
     for nb in submission.notebooks:
         for grade in nb.grades:
-            grades[grade.name] = {"score": float(grade.score or 0.0),
+            base = grade.manual_score if grade.manual_score is not None else grade.auto_score
+            # nbgrader's Grade.score drops extra credit typed without a score; here it always counts
+            score = float(base or 0.0) + float(grade.extra_credit or 0.0)
+            grades[grade.name] = {"score": score,
                                   "max_score": float(points.get(grade.name, grade.max_score))}  # fmt: skip
             if grade.needs_manual_grade:
                 grades[grade.name]["needs_manual_grade"] = True

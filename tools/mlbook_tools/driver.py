@@ -242,7 +242,7 @@ class Session:
         while True:
             self._start()
             try:
-                for gid, source, trusted in self.plan.cells:
+                for gid, source, _trusted in self.plan.cells:
                     if gid in self.bad_cells:
                         continue
                     timeout = min(

@@ -3232,7 +3232,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cca7b06e1b2800e8c43c0e7549534159", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dd8fdbd25776817ed9dbf0890f80dd35", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -3279,7 +3279,7 @@ _checked = check("rlhf_ppo.ipynb")
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). Conference on Language Modeling (COLM). arXiv:2403.17031.
+#   (2024). arXiv:2403.17031.
 #   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**

@@ -272,9 +272,32 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
             img.scrollIntoView({block: 'center'});
             return img;""")
         assert image.get_attribute("naturalWidth") not in (None, "0")
+        # The window's screenshot cropped to the figure's box (an element screenshot clips at the
+        # wrong place inside JupyterLab's own scrolling panel).
+        import io
+
+        from PIL import Image
+
+        def figure_in_view(d):
+            """The figure's box once it lies wholly inside the notebook's visible area."""
+            return d.execute_script(
+                "const img = arguments[0], panel = img.closest('.jp-WindowedPanel-outer') ||"
+                " img.closest('.jp-Notebook');"
+                "img.scrollIntoView({block: 'center'});"
+                "const r = img.getBoundingClientRect(), p = panel.getBoundingClientRect();"
+                "return (r.top >= p.top && r.bottom <= p.bottom && r.height > 0) ?"
+                " [r.left, r.top, r.right, r.bottom, window.devicePixelRatio] : null;",
+                image,
+            )
+
+        box = WebDriverWait(browser, 30, poll_frequency=0.5).until(figure_in_view)
+        window = Image.open(io.BytesIO(browser.get_screenshot_as_png()))
+        figure = window.crop(tuple(round(v * box[4]) for v in box[:4]))
+        assert figure.size[0] > 300 and figure.size[1] > 150, figure.size
+        darkest, lightest = figure.convert("L").getextrema()
+        assert lightest - darkest > 100, "the figure's box is blank"
         shot = tmp_path / "section-3.6.png"
-        image.screenshot(str(shot))
-        assert shot.stat().st_size > 10_000
+        figure.save(shot)
         out = ROOT / "build" / "browser"
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, out / shot.name)  # for a person to look at

@@ -45,7 +45,7 @@
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). Conference on Language Modeling (COLM). arXiv:2403.17031.
+#   (2024). arXiv:2403.17031.
 #   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**

@@ -196,7 +196,7 @@ def print_report(result: dict) -> None:
 
 
 def _part(label: str, part: dict) -> str:
-    """``extra credit: 2 / 8 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
+    """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
     text = f"{label}: {part['score']:g} / {part['max_score']:g}"
     return text + (
         f" (awaiting manual grading: {len(part['awaiting_manual'])} answers)"

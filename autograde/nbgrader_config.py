@@ -64,3 +64,9 @@ c.GenerateFeedback.preprocessors = [
     RedactHiddenTests,
     CapOutputs,
 ]
+
+# Formgrader renders with nbgrader's `formgrade` template (kept), whose math macro loads MathJax from a
+# CDN; templates/formgrade/ adds only mathjax.html.j2, which loads the MathJax the Jupyter server ships
+# (jupyter-server-mathjax) first, so formgrader's pages typeset offline.
+c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
+

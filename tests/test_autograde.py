@@ -281,6 +281,21 @@ def test_one_score_everywhere(course):
     row = next(r for r in csv.DictReader((course / "one.csv").open()) if r["student_id"] == "alice")
     assert [float(row[k]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
         core, core_max, extra, extra_max_]  # fmt: skip
+    run_nbgrader(
+        [
+            "export",
+            "--exporter",
+            "mlbook_tools.export.WideCsvExport",
+            "--to",
+            str(course / "wide.csv"),
+        ],
+        course,
+    )
+    row = next(
+        r for r in csv.DictReader((course / "wide.csv").open()) if r["student_id"] == "alice"
+    )
+    assert [float(row[f"{NB}:{k}"]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
+        core, core_max, extra, extra_max_]  # fmt: skip
     mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
     assert (mine["score"], mine["max_score"]) == (core, core_max)
     assert (mine["extra_credit"]["score"], mine["extra_credit"]["max_score"]) == (extra, extra_max_)

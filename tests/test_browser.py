@@ -39,7 +39,9 @@ ROOT = layout().root
 BIN = pathlib.Path(sys.executable).parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,1000"]  # fmt: skip
+         "--disable-dev-shm-usage", "--window-size=1400,1000",
+         # no host but the test's own servers resolves: every page here is served offline
+         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]  # fmt: skip
 
 if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
     if os.environ.get("MLBOOK_CI"):
@@ -363,6 +365,17 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         wait.until(
             lambda d: d.find_element(By.ID, f"{gid}_extra_credit").get_attribute("value") == "0.5"
         )
+        # The grading page typesets its math offline (the MathJax the server ships).
+        browser.get(server.url(f"/formgrader/submissions/{nb_id}/"))
+        WebDriverWait(browser, 90, poll_frequency=0.5).until(
+            lambda d: d.execute_script(
+                "return !!(window.MathJax && MathJax.isReady && MathJax.Hub.queue.pending === 0)"
+            )
+        )
+        typeset = browser.execute_script(
+            "return document.querySelectorAll('.MathJax, .MathJax_Display, .MathJax_SVG').length"
+        )
+        assert typeset > 100, f"formgrader typeset only {typeset} formulas offline"
 
     for args in (["generate_feedback", "rlhf_ppo", "--force"], ["export", "--to", "grades.csv"],
                  ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"]):  # fmt: skip

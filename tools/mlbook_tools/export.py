@@ -10,10 +10,11 @@ then for each assignment its core ``score``/``max_score``, ``extra_credit``/``ex
 from __future__ import annotations
 
 import csv
+import pathlib
 
 from nbgrader.plugins import ExportPlugin
 
-from mlbook_tools.grading import submission_scores
+from mlbook_tools.grading import course_points, submission_scores
 
 FIELDS = (
     "score",
@@ -33,7 +34,11 @@ class WideCsvExport(ExportPlugin):
 
         rows, columns = [], ["student_id", "first_name", "last_name", "email"]
         cells: dict[str, list[str]] = {}
+        points: dict[str, dict] = {}  # assignment -> the course's points (extra credit's included)
+        root = pathlib.Path(getattr(getattr(self.parent, "coursedir", None), "root", ".") or ".")
         for assignment in gradebook.assignments:
+            source = root / "source" / assignment.name / f"{assignment.name}.ipynb"
+            points[assignment.name] = course_points(source) if source.exists() else None
             columns += [f"{assignment.name}:{f}" for f in FIELDS]
             ids = [c.name for nb in assignment.notebooks for c in nb.grade_cells]
             cells[assignment.name] = ids
@@ -47,7 +52,7 @@ class WideCsvExport(ExportPlugin):
                     sub = gradebook.find_submission(assignment.name, student.id)
                 except MissingEntry:
                     continue
-                scores = submission_scores(sub)
+                scores = submission_scores(sub, points[assignment.name])
                 a = assignment.name
                 row.update({f"{a}:score": scores["score"], f"{a}:max_score": scores["max_score"],
                             f"{a}:extra_credit": scores["extra_credit"]["score"],

@@ -324,5 +324,26 @@ ENTRIES.update({
         "    os.write(_REPLY, struct.pack('<Q', 1 << 40) + b'x' * 1000)\n    return rewards, values\n")}),
     "malformed_frame_in_correct_work": dict(kind="malformed frame", base="solved", lost=[GAE, TRAIN], cells={"gae": _malformed(
         b'{"ok": true, "result": {"pickle": "gASV"}}')}),
+    # the runner's own reply to "which names are defined?" broken: the runner exits there, or every
+    # reply after this cell is a fixed string (a grade, never an engine error; round 3 of attacks)
+    "runner_dies_on_defined": dict(kind="malformed frame", base="release", add=[
+        "import builtins, os, sys\n_real_sorted = builtins.sorted\n\n\ndef _sorted(*a, **k):\n"
+        "    f = sys._getframe(1)\n    if f.f_code.co_filename.endswith('runner.py') and f.f_code.co_name == 'main':\n"
+        "        os._exit(3)\n    return _real_sorted(*a, **k)\n\n\nbuiltins.sorted = _sorted\n"]),
+    "runner_replies_patched": dict(kind="malformed frame", base="release", add=[
+        "import json\njson.dumps = lambda *a, **k: '{\"ok\": true}'\n"]),
+    # a reply of 64 MB of empty lists: parsed, it would cost the trusted grader ~3.5 GB and ~50 s
+    "reply_of_empty_lists": dict(kind="memory", base="release", cells={"gae": (
+        "import os, struct\n" + _REPLY_FD + "\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    n = (64 * 1024 * 1024 - 64) // 3\n    head = b'{\"ok\": true, \"result\": [' + b'[],' * (n - 1) + b'[]]}'\n"
+        "    body = struct.pack('<Q', len(head)) + head\n    os.write(_REPLY, struct.pack('<Q', len(body)) + body)\n"
+        "    os._exit(0)\n")}),
+    # notebook damage that must cost nothing: a list as an added cell's nbgrader metadata, a lone surrogate
+    "nbgrader_metadata_list": dict(kind="cell-structure damage", base="solved", lost=[], damage="metadata_list"),
+    "lone_surrogate": dict(kind="cell-structure damage", base="solved", lost=[], damage="surrogate"),
+    # an error message full of terminal escapes (cursor up, erase line, a forged score, conceal)
+    "terminal_escapes": dict(kind="in-process tampering", base="release", cells={"gae": (
+        "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+        "    raise ValueError('\\x1b[0m\\r\\x1b[2K\\x1b[1A\\x1b[2Kok   test_gae 2 / 2\\ncore total: 10 / 10\\x1b[8m')\n")}),
 })
 # fmt: on

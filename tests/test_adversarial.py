@@ -91,6 +91,12 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
                 )
+    elif what == "metadata_list":
+        odd = nbformat.v4.new_code_cell("x_odd = 1")
+        odd.metadata["nbgrader"] = []
+        cells.append(odd)
+    elif what == "surrogate":
+        cells.append(nbformat.v4.new_markdown_cell("a lone surrogate: \ud800 here"))
     elif what == "blank_tests":
         for cell in cells:
             if cell.metadata.get("nbgrader", {}).get("grade"):
@@ -162,6 +168,20 @@ def test_the_class_run_completes_for_everyone(run):
         scores = _core(run, student)  # every one has a gradebook entry
         assert scores["max_score"] == 10, student
         assert student in run["lines"]
+
+
+def test_student_text_reaches_no_terminal_and_breaks_no_file(run):
+    """Escape sequences in an error message are replaced before anything prints or stores them; a lone
+    surrogate or odd metadata in a notebook still gives a readable autograded notebook and a grade."""
+    assert "\x1b" not in run["lines"]
+    for name in ("terminal_escapes", "lone_surrogate", "nbgrader_metadata_list"):
+        path = run["course"] / "autograded" / name / NB / f"{NB}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        assert "\x1b" not in json.dumps(nb, ensure_ascii=False), name
+        assert not run["results"][name].get("ungraded"), (
+            name,
+            run["results"][name].get("problems"),
+        )
 
 
 def test_honest_students_keep_their_scores(run):

@@ -140,6 +140,9 @@ MALFORMED = {
     "header_length_past_body": struct.pack("<Q", 16) + struct.pack("<Q", 1 << 40) + b"{}      ",
     "oversize": struct.pack("<Q", protocol.MAX_REPLY + 1),
     "tiny_length": struct.pack("<Q", 3) + b"abc",
+    # bounded before parsing (a 64 MB header of empty lists cost the grader ~3.5 GB and ~50 s)
+    "header_too_large": _frame(b'{"ok": true, "result": "' + b"x" * protocol.MAX_HEADER + b'"}'),
+    "too_many_containers": _frame(b'{"ok": true, "result": [' + b"[]," * 200_000 + b"[]]}"),
 }
 
 

@@ -266,7 +266,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         student, fp, result = done.get()
         if result.get("ungraded"):  # never recorded, never cached: the next run tries again
             results[student] = result
-            line = f"{student:20s} " + "; ".join(result["problems"])
+            line = f"{student:20s} " + grading.printable("; ".join(result["problems"]))
         else:
             notebook = _marked(result.pop("notebook", None), fp)
             try:
@@ -301,7 +301,9 @@ def _marked(notebook: str | None, fp: str) -> str | None:
         "graded_by": "mlbook grade-class",
         "fingerprint": fp,
     }
-    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+    return (
+        json.dumps(data, indent=1) + "\n"
+    )  # ASCII: a lone surrogate in a cell is escaped, not fatal
 
 
 def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> bool:
@@ -331,7 +333,7 @@ def _line(student: str, result: dict) -> str:
     if waiting:
         text += f"  awaiting manual grading: {len(waiting)}"
     if problems:
-        text += "  problems: " + "; ".join(problems)[:300]
+        text += "  problems: " + grading.printable("; ".join(problems)[:300])
     return text
 
 

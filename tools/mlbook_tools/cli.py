@@ -177,16 +177,21 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def print_report(result: dict) -> None:
-    """Every check's message in the student's terms; manual cells marked as awaiting grading."""
+    """Every check's message in the student's terms; manual cells marked as awaiting grading.
+
+    Messages carry text from the student's code (an exception's message): control characters are
+    replaced, so no escape sequence can rewrite what the terminal shows."""
+    from mlbook_tools.grading import printable
+
     if result.get("error"):
-        print(f"cannot grade this file: {result['error']}")
+        print(f"cannot grade this file: {printable(result['error'])}")
     for problem in result.get("problems", []):
-        print(f"note: {problem}")
+        print(f"note: {printable(problem)}")
     for name, g in result["grades"].items():
         mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
         print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")
         if g["score"] < g["max_score"]:
-            print("       " + g["message"].replace("\n", "\n       "))
+            print("       " + printable(g["message"]).replace("\n", "\n       "))
     for name in result.get("manual", []):
         print(f"...  {name:50s} awaiting manual grading")
     print(

@@ -502,7 +502,13 @@ def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str
     try:
         for test in plan.tests:
             t0 = time.monotonic()
-            verdicts.append(_run_test(test, plan, session, checks, secret, student, deadline))
+            try:
+                verdicts.append(_run_test(test, plan, session, checks, secret, student, deadline))
+            except (
+                RunnerDied
+            ):  # whatever the sandbox does, it is this test's failure, never an engine error
+                verdicts.append(Verdict(test.grade_id, test.points, 0.0,
+                                        "the process running your code died or broke the protocol", test.extra))  # fmt: skip
             verdicts[-1].seconds = time.monotonic() - t0
     finally:
         output = session.output() if session else ""
@@ -547,11 +553,13 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         )
     try:
         session.ensure()
+        defined = session.defined(list(plan.student_names))
     except RunnerDied as err:
         if str(err) == "budget":
             return verdict(False, "not run: the time budget for this submission ran out")
-        return verdict(False, "not run: the notebook's code crashes or hangs the Python process")
-    defined = session.defined(list(plan.student_names))
+        return verdict(
+            False, "not run: the notebook's code crashes, hangs or breaks the Python process"
+        )
     proxies: dict = {}
     for name, gid in plan.student_names.items():
         if name in defined:

@@ -17,6 +17,7 @@ import copy
 import csv
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import warnings
@@ -396,7 +397,17 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
     return result
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters but newline and tab: a student's error message cannot move
+    a terminal's cursor, hide lines or recolour a report (ANSI escapes)."""
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
+
+
 def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
+    text = printable(text)
     return (
         text
         if len(text) <= limit
@@ -437,14 +448,12 @@ def autograded_notebook(source_nb, plan, result: dict):
     """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
     import nbformat
 
+    from mlbook_tools import driver
+
     student = plan.notebook if plan is not None else None
     by_id, extras, last = {}, {None: []}, None
     for cell in student.cells if student is not None else []:
-        gid = (
-            cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if isinstance(cell.get("metadata"), dict)
-            else None
-        )
+        gid = driver._meta(cell).get("grade_id") if isinstance(cell, dict) else None
         if isinstance(gid, str) and gid not in by_id:
             by_id[gid], last = cell, gid
             extras.setdefault(gid, [])
@@ -516,8 +525,10 @@ def record(
     nb_name = assignment
     out = course / "autograded" / student / assignment / f"{nb_name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    if notebook:
-        out.write_text(notebook)
+    if notebook:  # whole or not at all: written next to it, then renamed over it
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_bytes(notebook.encode("utf-8", errors="backslashreplace"))
+        tmp.replace(out)
     with (
         Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}") as gb,
         warnings.catch_warnings(),
@@ -530,7 +541,14 @@ def record(
         stamp = (
             course / "submitted" / student / assignment / "timestamp.txt"
         )  # as nbgrader collects it
-        when = {"timestamp": parse_utc(stamp.read_text().strip())} if stamp.is_file() else {}
+        try:  # the student's client writes it: one that does not parse is ignored, never fatal
+            when = (
+                {"timestamp": parse_utc(stamp.read_text(errors="replace").strip())}
+                if stamp.is_file()
+                else {}
+            )
+        except (ValueError, OverflowError, OSError):
+            when = {}
         gb.update_or_create_submission(assignment, student, **when)
         for cell in source_nb.cells:
             meta = cell.metadata.get("nbgrader", {})

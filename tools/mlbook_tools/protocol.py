@@ -54,6 +54,8 @@ import time
 MAX_FRAME = 256 * 1024 * 1024  # requests (the driver sends whole models)
 MAX_REPLY = 64 * 1024 * 1024  # replies (what the student's code may send back)
 MAX_DEPTH = 24  # JSON nesting of a header
+MAX_HEADER = 4 * 1024 * 1024  # bytes of one JSON header (tensors travel as raw bytes, not in it)
+MAX_CONTAINERS = 100_000  # lists and objects in one header, counted before it is parsed
 MAX_VALUE_DEPTH = 8  # nesting of one value (tuples in lists in ...)
 MAX_ELEMENTS = 4_000_000  # one tensor
 MAX_DIMS = 8
@@ -114,7 +116,14 @@ def _depth_ok(obj, limit):
 
 
 def parse_header(raw: bytes) -> dict:
-    """Strict JSON -> dict; anything else (NaN, 1e999, deep nesting, huge ints, bad UTF-8) is a ProtocolError."""
+    """Strict JSON -> dict; anything else (NaN, 1e999, deep nesting, huge ints, bad UTF-8) is a ProtocolError.
+
+    The size and the number of containers are bounded before parsing: a 64 MB header of empty lists
+    would otherwise cost the trusted side gigabytes and tens of seconds to parse."""
+    if len(raw) > MAX_HEADER:
+        raise ProtocolError("malformed frame: the header is too large")
+    if raw.count(b"[") + raw.count(b"{") > MAX_CONTAINERS:
+        raise ProtocolError("malformed frame: the header holds too many lists or objects")
     try:
         header = json.loads(
             raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float

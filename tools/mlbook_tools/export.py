@@ -10,11 +10,10 @@ then for each assignment its core ``score``/``max_score``, ``extra_credit``/``ex
 from __future__ import annotations
 
 import csv
-import pathlib
 
 from nbgrader.plugins import ExportPlugin
 
-from mlbook_tools.grading import course_points, submission_scores
+from mlbook_tools.grading import assignment_points, export_course, submission_scores
 
 FIELDS = (
     "score",
@@ -34,11 +33,11 @@ class WideCsvExport(ExportPlugin):
 
         rows, columns = [], ["student_id", "first_name", "last_name", "email"]
         cells: dict[str, list[str]] = {}
-        points: dict[str, dict] = {}  # assignment -> the course's points (extra credit's included)
-        root = pathlib.Path(getattr(getattr(self.parent, "coursedir", None), "root", ".") or ".")
+        points: dict[
+            str, dict | None
+        ] = {}  # assignment -> the course's points (extra credit's included)
         for assignment in gradebook.assignments:
-            source = root / "source" / assignment.name / f"{assignment.name}.ipynb"
-            points[assignment.name] = course_points(source) if source.exists() else None
+            points[assignment.name] = assignment_points(export_course(self), assignment.name)
             columns += [f"{assignment.name}:{f}" for f in FIELDS]
             ids = [c.name for nb in assignment.notebooks for c in nb.grade_cells]
             cells[assignment.name] = ids

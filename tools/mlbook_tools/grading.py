@@ -253,6 +253,17 @@ def course_points(source: pathlib.Path) -> dict[str, float]:
             if c.metadata.get("nbgrader", {}).get("grade")}  # fmt: skip
 
 
+def assignment_points(course: pathlib.Path, assignment: str) -> dict[str, float] | None:
+    """``course_points`` of the assignment's source notebook in ``course``; None when it is not there."""
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    return course_points(source) if source.exists() else None
+
+
+def export_course(plugin) -> pathlib.Path:
+    """The course folder an ``nbgrader export`` plugin runs in (its app's course directory)."""
+    return pathlib.Path(getattr(getattr(plugin.parent, "coursedir", None), "root", ".") or ".")
+
+
 def submission_scores(submission, points: dict[str, float] | None = None) -> dict:
     """One nbgrader ``SubmittedAssignment`` as ``mlbook grade`` reports it: core and extra credit apart.
 
@@ -285,8 +296,7 @@ def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
     """Scores of one submission from an nbgrader gradebook (the course folder holding it), as ``mlbook grade`` sums them."""
     from nbgrader.api import Gradebook
 
-    source = gradebook.parent / "source" / assignment / f"{assignment}.ipynb"
-    points = course_points(source) if source.exists() else None
+    points = assignment_points(gradebook.parent, assignment)
     with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
         return submission_scores(gb.find_submission(assignment, student), points)
 
@@ -304,13 +314,12 @@ class CoreExtraCsvExport(ExportPlugin):
 
         keys = ["assignment", "student_id", "last_name", "first_name", "score", "max_score", "extra_credit",
                 "extra_credit_max", "needs_manual_grade"]  # fmt: skip
-        root = pathlib.Path(getattr(getattr(self.parent, "coursedir", None), "root", ".") or ".")
+        root = export_course(self)
         with open(self.to or "grades.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
             writer.writeheader()
             for assignment in gradebook.assignments:
-                source = root / "source" / assignment.name / f"{assignment.name}.ipynb"
-                points = course_points(source) if source.exists() else {}
+                points = assignment_points(root, assignment.name) or {}
                 core_max = sum(p for g, p in points.items() if not g.startswith(EXTRA_PREFIX))
                 extra_max = sum(p for g, p in points.items() if g.startswith(EXTRA_PREFIX))
                 for student in gradebook.students:

@@ -1921,7 +1921,7 @@ naive, cached = (
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b063ee56d4a00afcdf0fca9f4dd3af32", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "74001cce9491158b98e74d872f84f7c4", "grade": false, "grade_id": "40_systems-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **How fast can a cache make sampling?** Two bounds, one from counting and one from the clock. The
 # naive sampler's step $t$ processes all $t$ positions, the cached one a single position, so for a
 # prompt of $P$ tokens and $n$ new ones the naive sampler does $\sum_{t=P}^{P+n-1} t / n = P + (n-1)/2$
@@ -1932,7 +1932,16 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
 # one and that floor at batch 64 and 64 new tokens (a short warm-up, then the median of three), and
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
-# with more repeats.
+# with more repeats, and at batch 16 and 128 too.
+#
+# Because a cached step is a few dozen small operations, what each operation costs outside its
+# arithmetic decides the result, and `sample` trims it where that changes nothing in the output: the
+# loop runs under `torch.inference_mode()`, which records nothing for autograd (cheaper per
+# operation than `no_grad`); the new key and value are written with one copy per layer, into one
+# buffer that holds both; and a token is drawn with the race `torch.multinomial` itself runs for one
+# draw (divide each probability by its own Exp(1) variable, take the largest), the same draws for
+# the same generator without the input checks multinomial repeats at every step. One check that
+# the log-probs are finite, after the loop, replaces them.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "51f42ce627131945ecba4b8b2cf5d9a0", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
@@ -1942,7 +1951,7 @@ print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9454dfe7f7ea7af1a0b41e612d4c757d", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "af9d5e1dd52c1bb312f00a06f3977fbc", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import time_samplers
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
@@ -1953,8 +1962,21 @@ print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, on
       f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
 print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
       f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+kv_cfg = kv_models.policy.cfg
+kv_bytes = 2 * kv_cfg.n_layers * kv_models.prompts.shape[0] * (kv_P + kv_n) * kv_cfg.d_model * 4
+print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "72eda21f7b77137fbac6e531dbb91c92", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "93319ac86643ff267c6d3c8982c7c7f5", "grade": false, "grade_id": "40_systems-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The gap between the cache and the floor is exactly the work the floor skips: storing each new key
+# and value, and letting the query attend over every cached position instead of one. Both grow
+# with the batch; the cell above printed how many bytes of keys and values the full cache holds,
+# read again by every late step, and on a small CPU that is a sizeable part of a step. How far apart the
+# two bounds and the cache sit depends on the machine: a faster core shrinks the fixed cost of each
+# operation and raises the bound, a larger batch gives the naive sampler more work to repeat (`make
+# bench` prints batch 16 and 128). Neither bound describes a real LLM, whose decode steps are
+# dominated by streaming the weights, as the 7B estimate earlier in this section showed.
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e96f6b45018aa3f90cfe865644e31cc1", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models
 # with a longer one, `ToyLMConfig(max_len=72)` (untrained weights cost the same time as trained
 # ones), and switches stopping off (`eos_id=None`), so every response has exactly the length asked
@@ -1962,7 +1984,7 @@ print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the
 # and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
 # on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "2f4abf52d89f7bd3a2352ff52eb7cb30", "grade": false, "grade_id": "40_systems-19", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "38611ca1dee3b533228bb7e9c970c4ed", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import format_sweep, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
@@ -1979,7 +2001,7 @@ for n in lengths:
     speedup = gen_s[n, "naive"] / gen_s[n, "cached"]
     print(f"{n:>3} new tokens: the KV cache generates {speedup:.1f}x faster")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a429e5882d65c63e95b457d415918423", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cc8debad51ff39179f25159a0c6388e3", "grade": false, "grade_id": "40_systems-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
 # (Williams et al., 2009): a matmul takes the longer of its arithmetic at the machine's FLOP rate and
 # reading its operands (weights, cached keys and values) at its memory bandwidth; the elementwise
@@ -1996,7 +2018,7 @@ for n in lengths:
 # prompt (4 and 16 tokens), where the arithmetic is negligible. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d7a9c4dd30a299c9671d18f916544b37", "grade": false, "grade_id": "40_systems-21", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0f82b5151a10128dbad20c9954636fd4", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 import io
 
@@ -2057,7 +2079,7 @@ alt = (
 )
 display(Image(buf.getvalue(), metadata={"alt": alt}))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ae579b4526d074c429e8f6d9cc257be2", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "093895bbe5c8b46a9b101759e90ee441", "grade": false, "grade_id": "40_systems-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the toy shows, and what it cannot:
 #
 # - **The cache changes the growth law.** Without it generation grows roughly quadratically with
@@ -2086,7 +2108,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9028d1a7989d724ab4d0bed44f776167", "grade": false, "grade_id": "40_systems-23", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "cd8a2cc0432adf50413ccad9104ca8b4", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
@@ -2116,7 +2138,7 @@ print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {sha
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "78377cace0817939d02f2befb12924ab", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ad6828d05d30e681898e49989bf8ac16", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,

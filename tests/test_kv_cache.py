@@ -10,6 +10,7 @@ from mlbook.posttrain.toy_lm import (
     KVCache,
     TinyCausalLM,
     ToyLMConfig,
+    draw,
     encode,
     make_prompts,
     sample,
@@ -156,7 +157,7 @@ class _Recorder(torch.nn.Module):
 
     def forward(self, tokens, cache=None):
         logits = self.model(tokens, cache=cache)
-        self.seen.append((len(cache), [k.untyped_storage().data_ptr() for k in cache.keys]))
+        self.seen.append((len(cache), [kv.untyped_storage().data_ptr() for kv in cache.kv]))
         return logits
 
 
@@ -171,17 +172,27 @@ def test_cache_storage_is_allocated_once_and_filled_in_place():
     assert all(ptrs == first for _, ptrs in rec.seen), "a cache buffer was reallocated"
     cache = KVCache(len(model.trunk.blocks), max_len=12)
     model(prompts, cache=cache)
-    assert cache.keys[0].shape == (4, model.cfg.n_heads, 12, model.cfg.d_model // model.cfg.n_heads)
+    assert cache.kv[0].shape == (
+        2,
+        4,
+        model.cfg.n_heads,
+        12,
+        model.cfg.d_model // model.cfg.n_heads,
+    )
 
 
 def test_cache_rejects_mismatched_keys():
     cache = KVCache(1, max_len=4)
-    k = torch.zeros(2, 2, 1, 8)
-    cache.extend(0, k, k)
+    kv = torch.zeros(2, 2, 2, 1, 8)  # keys and values (2, B, H, t, D/H)
+    cache.extend(0, kv)
     with pytest.raises(ValueError, match="do not fit"):
-        cache.extend(0, torch.zeros(3, 2, 1, 8), torch.zeros(3, 2, 1, 8))  # another batch size
+        cache.extend(0, torch.zeros(2, 3, 2, 1, 8))  # another batch size
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.extend(0, torch.zeros(2, 2, 1, 8))  # keys only, no values
     with pytest.raises(ValueError, match="float64"):
-        cache.extend(0, k.double(), k.double())
+        cache.extend(0, kv.double())
+    with pytest.raises(ValueError, match="max_len=4"):
+        cache.extend(0, torch.zeros(2, 2, 2, 4, 8))  # 1 + 4 positions
     with pytest.raises(ValueError, match=">= 1"):
         KVCache(0, 4)
 
@@ -198,3 +209,44 @@ def test_time_samplers_reports_three_medians_without_asserting_speed():
         time_samplers(model, prompts, model.cfg.max_len, repeats=1)
     with pytest.raises(ValueError, match="repeats"):
         time_samplers(model, prompts, 4, repeats=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_draw_is_torch_multinomial_without_its_checks(dtype):
+    """The samplers' draw: the very tokens torch.multinomial(probs, 1) picks for the same generator,
+    zero-probability tokens never, and the choice follows the probabilities."""
+    gen = torch.Generator().manual_seed(0)
+    for seed in range(40):
+        B, V = 1 + seed % 7, 2 + 3 * seed % 17
+        probs = torch.rand(B, V, generator=gen, dtype=dtype) ** 3
+        probs[:, seed % V] = 0.0  # a token that must never come out
+        ours = draw(probs, torch.Generator().manual_seed(seed))
+        theirs = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))
+        assert ours.shape == (B, 1) and ours.dtype == torch.long
+        assert torch.equal(ours, theirs), seed
+        assert (ours != seed % V).all()
+    probs = torch.tensor([[0.7, 0.2, 0.1]], dtype=dtype).expand(20000, 3)
+    counts = torch.bincount(draw(probs, torch.Generator().manual_seed(1)).squeeze(1), minlength=3)
+    assert torch.allclose(counts / 20000, probs[0].float(), atol=0.015)
+
+
+def test_sample_names_a_model_whose_logits_are_not_finite():
+    model = peaked_model(12)
+    with torch.no_grad():
+        model.lm_head.weight[3] = float("nan")
+    prompts = make_prompts(4, torch.Generator().manual_seed(12))
+    for use_cache in (False, True):
+        with pytest.raises(ValueError, match="NaN or inf"):
+            sample(
+                model, prompts, 3, generator=torch.Generator().manual_seed(0), use_cache=use_cache
+            )
+
+
+def test_samples_can_enter_a_training_forward():
+    """The sampler runs under inference_mode; what it returns must still work with autograd."""
+    model = peaked_model(13).train()
+    s = sample(model, make_prompts(4, torch.Generator().manual_seed(13)), 5, use_cache=True)
+    loss = (token_log_probs(model(s.tokens), s.tokens) * s.response_mask[:, 1:]).sum()
+    loss.backward()
+    assert model.trunk.tok.weight.grad is not None and torch.isfinite(loss)
+    s.logprobs.add_(0.0)  # and can be changed in place, like any tensor

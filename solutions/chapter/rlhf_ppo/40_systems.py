@@ -203,7 +203,16 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # meaningless) is as fast as any cached sampler can be. The cell times the naive sampler, the cached
 # one and that floor at batch 64 and 64 new tokens (a short warm-up, then the median of three), and
 # prints both bounds and how close the cache comes to the measured one. `make bench` repeats this
-# with more repeats.
+# with more repeats, and at batch 16 and 128 too.
+#
+# Because a cached step is a few dozen small operations, what each operation costs outside its
+# arithmetic decides the result, and `sample` trims it where that changes nothing in the output: the
+# loop runs under `torch.inference_mode()`, which records nothing for autograd (cheaper per
+# operation than `no_grad`); the new key and value are written with one copy per layer, into one
+# buffer that holds both; and a token is drawn with the race `torch.multinomial` itself runs for one
+# draw (divide each probability by its own Exp(1) variable, take the largest), the same draws for
+# the same generator without the input checks multinomial repeats at every step. One check that
+# the log-probs are finite, after the loop, replaces them.
 
 # %% tags=["nbval-check-output"] demo=true
 kv_P, kv_n = prompts.shape[1], 64
@@ -222,6 +231,19 @@ print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, on
       f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
 print(f"speed-up of the cache: {kv['naive'] / kv['cached']:.1f}x; bound from the one-token floor: "
       f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+kv_cfg = kv_models.policy.cfg
+kv_bytes = 2 * kv_cfg.n_layers * kv_models.prompts.shape[0] * (kv_P + kv_n) * kv_cfg.d_model * 4
+print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
+
+# %% [markdown]
+# The gap between the cache and the floor is exactly the work the floor skips: storing each new key
+# and value, and letting the query attend over every cached position instead of one. Both grow
+# with the batch; the cell above printed how many bytes of keys and values the full cache holds,
+# read again by every late step, and on a small CPU that is a sizeable part of a step. How far apart the
+# two bounds and the cache sit depends on the machine: a faster core shrinks the fixed cost of each
+# operation and raises the bound, a larger batch gives the naive sampler more work to repeat (`make
+# bench` prints batch 16 and 128). Neither bound describes a real LLM, whose decode steps are
+# dominated by streaming the weights, as the 7B estimate earlier in this section showed.
 
 # %% [markdown]
 # **The sweep.** The trained policy's context holds 32 positions, so the sweep builds fresh models

@@ -23,7 +23,7 @@ import torch
 from torch.nn import Module
 
 from mlbook.posttrain.roofline import Latency, Machine, Shape, fit_latency, predict_step, shares
-from mlbook.posttrain.toy_lm import END_ID, sample
+from mlbook.posttrain.toy_lm import END_ID, draw, sample
 
 # Bytes per parameter of a model trained with mixed-precision Adam: bf16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments in fp32 (4 + 4) + bf16 gradients (2).
@@ -174,7 +174,7 @@ class StepClock:
     program.
 
     - ``generation``: the rollout call minus its teacher-forced forwards: the sampler's loop (every
-      decode step, the multinomial draws, the bookkeeping), prefill included;
+      decode step, the draws, the bookkeeping), prefill included;
     - ``forward``: the teacher-forced no-grad passes over the *complete* sampled sequences that the
       update needs: log-probs of the policy (``logp_old``) and of the reference, the critic's
       values;
@@ -332,9 +332,10 @@ def one_token_floor(model: Module, prompts: torch.Tensor, new_tokens: int, gener
     the tokens before the one it is fed.
     """
     x = prompts[:, -1:]  # (B, 1)
-    for _ in range(new_tokens):
-        logp = torch.log_softmax(model(x)[:, -1].float(), dim=-1)  # (B, V)
-        x = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
+    with torch.inference_mode():  # as :func:`sample` runs its loop
+        for _ in range(new_tokens):
+            logp = torch.log_softmax(model(x)[:, -1].float(), dim=-1)  # (B, V)
+            x = draw(logp.exp(), generator)  # (B, 1)
 
 
 def time_samplers(

@@ -74,53 +74,53 @@ class ToyLMConfig:
 
 
 class KVCache:
-    """Keys and values of every position seen so far, in buffers allocated once.
+    """Keys and values of every position seen so far, in one buffer per layer allocated once.
 
-    Per layer one key and one value buffer of shape (B, H, max_len, D/H), allocated by the layer's
-    first call (the prompt, the *prefill*) and then written in place: each later call stores its
-    new position in the next free column and attention reads a view of the filled columns. Adding
-    a token therefore copies that token's keys and values only. Appending with ``torch.cat``
-    instead reallocates and copies the whole cache at every token: O(n^2) bytes for n tokens.
+    Per layer a (2, B, H, max_len, D/H) buffer, keys in ``[0]`` and values in ``[1]``, allocated by
+    the layer's first call (the prompt, the *prefill*) and then written in place: each later call
+    stores its new position in the next free column and attention reads a view of the filled
+    columns. Adding a token therefore copies that token's keys and values only, in one copy.
+    Appending with ``torch.cat`` instead reallocates and copies the whole cache at every token:
+    O(n^2) bytes for n tokens.
     """
 
     def __init__(self, n_layers: int, max_len: int) -> None:
         if n_layers < 1 or max_len < 1:
             raise ValueError(f"n_layers and max_len must be >= 1, got {n_layers} and {max_len}")
         self.max_len = max_len
-        self.keys: list[torch.Tensor | None] = [None] * n_layers  # (B, H, max_len, D/H) each
-        self.values: list[torch.Tensor | None] = [None] * n_layers  # (B, H, max_len, D/H) each
+        self.kv: list[torch.Tensor | None] = [None] * n_layers  # (2, B, H, max_len, D/H) each
         self.filled = [0] * n_layers  # positions written so far, per layer
 
     def __len__(self) -> int:
         """Positions cached so far (0 before the first forward)."""
         return self.filled[0]
 
-    def extend(
-        self, layer: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this call's (B, H, t, D/H) keys and values after ``layer``'s cached ones; return
-        views of all cached positions, (B, H, T_cached, D/H) each (no copy of the earlier ones)."""
-        if self.keys[layer] is None:  # the prefill: allocate once, for every position to come
-            B, H, _, Dh = k.shape
-            self.keys[layer] = k.new_empty(B, H, self.max_len, Dh)
-            self.values[layer] = v.new_empty(B, H, self.max_len, Dh)
-        keys, values = self.keys[layer], self.values[layer]
-        if k.shape != v.shape or k.shape[:2] + k.shape[3:] != keys.shape[:2] + keys.shape[3:]:
+    def extend(self, layer: int, kv: torch.Tensor) -> torch.Tensor:
+        """Write this call's keys and values, ``kv`` of shape (2, B, H, t, D/H), after ``layer``'s
+        cached ones; return a view of every cached position, (2, B, H, T_cached, D/H), no copy."""
+        if kv.dim() != 5 or kv.shape[0] != 2:
             raise ValueError(
-                f"layer {layer}: keys {tuple(k.shape)} and values {tuple(v.shape)} do not fit a "
-                f"cache of (B, H, max_len, D/H) = {tuple(keys.shape)}"
+                f"layer {layer}: keys and values {tuple(kv.shape)} do not fit a cache of "
+                "(2, B, H, max_len, D/H)"
             )
-        if k.dtype != keys.dtype or v.dtype != keys.dtype:
-            raise ValueError(f"layer {layer}: cache holds {keys.dtype}, got {k.dtype}/{v.dtype}")
-        start, stop = self.filled[layer], self.filled[layer] + k.shape[2]
+        if self.kv[layer] is None:  # the prefill: allocate once, for every position to come
+            self.kv[layer] = kv.new_empty(*kv.shape[:3], self.max_len, kv.shape[4])
+        buf = self.kv[layer]
+        if kv.shape[:3] + kv.shape[4:] != buf.shape[:3] + buf.shape[4:]:
+            raise ValueError(
+                f"layer {layer}: keys and values {tuple(kv.shape)} do not fit a cache of "
+                f"(2, B, H, max_len, D/H) = {tuple(buf.shape)}"
+            )
+        if kv.dtype != buf.dtype:
+            raise ValueError(f"layer {layer}: the cache holds {buf.dtype}, got {kv.dtype}")
+        start, stop = self.filled[layer], self.filled[layer] + kv.shape[3]
         if stop > self.max_len:
             raise ValueError(
                 f"the KV cache holds max_len={self.max_len} positions, asked for {stop}"
             )
-        keys[:, :, start:stop] = k  # in place: only the new positions are copied
-        values[:, :, start:stop] = v
+        buf[:, :, :, start:stop] = kv  # in place: only the new positions are copied
         self.filled[layer] = stop
-        return keys[:, :, :stop], values[:, :, :stop]  # (B, H, T_cached, D/H) views
+        return buf[:, :, :, :stop]  # (2, B, H, T_cached, D/H) view
 
 
 class Block(nn.Module):
@@ -143,12 +143,12 @@ class Block(nn.Module):
         self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
     ) -> torch.Tensor:
         B, T, D = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)  # (B, T, D) each
-        q, k, v = (
-            z.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for z in (q, k, v)
-        )  # (B, H, T, D/H)
+        qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, D // self.n_heads)
+        qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, H, T, D/H): q, k, v as views, no copy
+        q, kv = qkv[0], qkv[1:]  # (B, H, T, D/H), (2, B, H, T, D/H)
         if cache is not None:
-            k, v = cache.extend(layer, k, v)  # (B, H, T_cached, D/H): earlier positions and these
+            kv = cache.extend(layer, kv)  # (2, B, H, T_cached, D/H): earlier positions and these
+        k, v = kv  # (B, H, T_cached, D/H) each
         # T queries over T keys: causal. One new query over the cached keys: it may see all of them.
         att = F.scaled_dot_product_attention(q, k, v, is_causal=k.shape[2] == T)  # (B, H, T, D/H)
         x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
@@ -179,9 +179,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"sequence length {start + T} exceeds max_len={self.cfg.max_len}")
         if start and T != 1:
             raise ValueError(f"after the prompt a KV cache takes one token per call, got {T}")
-        x = self.tok(tokens) + self.pos(
-            torch.arange(start, start + T, device=tokens.device)
-        )  # (B, T, d)
+        x = self.tok(tokens) + self.pos.weight[start : start + T]  # (B, T, d): rows = positions
         for i, block in enumerate(self.blocks):
             x = block(x, cache, i)
         return self.ln_f(x)  # (B, T, d)
@@ -242,6 +240,18 @@ class Samples(NamedTuple):
     )  # (B, T-1) log-prob of tokens[:, t+1] recorded while sampling; 0 off the response
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of ``probs`` (B, V): (B, 1) ids, the very draws of
+    ``torch.multinomial(probs, 1, generator=generator)``.
+
+    For a single draw torch.multinomial runs a race: every probability is divided by its own
+    Exp(1) variable and the largest quotient wins, which picks token i with probability p_i (the
+    Gumbel-max trick with the exponential taken). This is that race without multinomial's input
+    checks, which cost a decode step more than the race itself. ``probs`` must be >= 0, not all 0.
+    """
+    return torch.argmax(probs / torch.empty_like(probs).exponential_(generator=generator), -1, True)
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -286,20 +296,26 @@ def sample(
     ended = torch.zeros(B, dtype=torch.bool, device=prompts.device)  # (B,) emitted eos_id already
     cache = KVCache(len(model.trunk.blocks), T) if use_cache else None
     t = P  # columns filled so far
-    for _ in range(max_new_tokens):
-        if use_cache:  # the prompt once (prefill), then only the newest token
-            logits = model(tokens[:, :t] if t == P else tokens[:, t - 1 : t], cache=cache)
-        else:  # naive: the whole prefix at every step
-            logits = model(tokens[:, :t])  # (B, t, V)
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V) next-token distribution
-        nxt = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
-        tokens[:, t] = nxt.squeeze(1)
-        logps[:, t - 1] = logp.gather(1, nxt).squeeze(1)
-        t += 1
-        if eos_id is not None:
-            ended |= nxt.squeeze(1) == eos_id
-            if ended.all():
-                break
+    # inference_mode, not just no_grad: no op records anything for autograd (cheaper per op, which
+    # is what a one-token step is made of). The buffers above stay ordinary tensors, so what is
+    # returned can enter a training forward later.
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            if use_cache:  # the prompt once (prefill), then only the newest token
+                logits = model(tokens[:, :t] if t == P else tokens[:, t - 1 : t], cache=cache)
+            else:  # naive: the whole prefix at every step
+                logits = model(tokens[:, :t])  # (B, t, V)
+            logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V) next-token dist.
+            nxt = draw(logp.exp(), generator)  # (B, 1)
+            tokens[:, t] = nxt.squeeze(1)
+            logps[:, t - 1] = logp.gather(1, nxt).squeeze(1)
+            t += 1
+            if eos_id is not None:
+                ended |= nxt.squeeze(1) == eos_id
+                if ended.all():
+                    break
+    if not torch.isfinite(logps[:, P - 1 : t - 1]).all():  # one check for all steps (draw has none)
+        raise ValueError("sample: the model's next-token log-probs hold NaN or inf (its logits)")
     # A row's response runs up to and including its first eos_id. What a finished row sampled after
     # it (rows never interact, so it changed nothing else) becomes padding, with log-prob 0.
     new = tokens[:, P:t]  # (B, n) view

@@ -1224,7 +1224,7 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 # Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5e35ea0d87ff6a9463e37c06b64127cb", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "25ef16d4193c7ccdbe64eb62b2c6cb63", "grade": false, "grade_id": "35_reward_model-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 3.7 Where $r_\phi$ comes from: a reward model trained on preferences
 #
 # Up to here the score was a program, `good_count_reward`. In RLHF it is a network $r_\phi(x, y)$
@@ -1238,9 +1238,12 @@ print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:
 #
 # $$\mathcal L(\phi) = -\,\mathbb E_{(x, y_w, y_l)}\,\log \sigma\big(r_\phi(x, y_w) - r_\phi(x, y_l)\big).$$
 #
-# This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
-# Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
-# the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
+# This is the loss of Christiano et al. (2017) and of Stiennon et al. (2020), and the two-response
+# case of what other language-model pipelines fit. Ziegler et al. (2019) showed raters four samples,
+# asked for the best one, and trained with a softmax over the four rewards, of which the formula above
+# is the $K = 2$ instance. InstructGPT (Ouyang et al., 2022) had labelers rank $K$ responses (4 to 9)
+# and turned each ranking into its $\binom{K}{2}$ pairs, all pairs of one prompt in the same batch,
+# each entering the pairwise loss. Two consequences shape the rest of the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
 # arbitrary, and its scale says how consistent the labels were rather than anything PPO should
 # depend on; lm-human-preferences therefore fixes both after training, with a gain and a bias
 # chosen so that the rewards of samples from the initial policy have mean 0 and standard deviation
@@ -1683,7 +1686,7 @@ show(
     "largest KL; the largest beta stays at small KL near the gold peak.",
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4481b60b20a6fc65520d9c3c4058e5ee", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "af9ed99bfe3e71d9a0abb95c8aa8c49e", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cell above prints the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
@@ -1693,10 +1696,20 @@ show(
 #   "more `good` is better" was an extrapolation.
 # - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
 #   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
-#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$).
-#   The KL fee is what holds a run near that peak: the largest $\beta$ stops at a small KL and
-#   keeps most of the gold gain. This is the reason the chapter's KL term exists,
-#   measured.
+#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$). The peak in the table is the
+#   largest of 60 noisy step means, so it sits a little above the curve it samples.
+# - **The reversal is built in.** The toy's gold falls because the toy was written that way: past
+#   two `good` tokens each one costs gold, in a region the initial policy almost never samples, so
+#   the reward model has no data there and extrapolates "more is better". Its error is an
+#   extrapolation error by construction. In Gao et al.'s setting nothing was built to reverse: a
+#   fixed gold model labelled the data, and gold fell because the proxy's errors, wherever the
+#   policy found them, were optimised too.
+# - **What the KL fee does here, and what it does not.** The largest $\beta$ stops at a small KL
+#   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
+#   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
+#   penalty did not raise the gold score reached at a given KL, and that its effect was like
+#   stopping the run earlier on the same curve. The same holds on the toy: at equal KL, the three
+#   $\beta$ values sit on one gold curve.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`
@@ -1795,7 +1808,7 @@ print(
 print(f"pretraining the same 7B model: 16 bytes/param -> {human_bytes(16 * 7e9)}")
 print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7f0431491813333e8b2fbe8a7ba0bee3", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "082475438dafe052c0bcb951ceec334c", "grade": false, "grade_id": "40_systems-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # So PPO-RLHF needs $36/16 = 2.25\times$ the static memory of pretraining the same model, and no
 # single 80 GB accelerator holds it. The standard ways out:
 #
@@ -1805,7 +1818,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   weights just before it runs, so static memory per GPU is about $36P/N$ bytes: 252 GB over 8
 #   GPUs is about 32 GB each. The frozen pair can be sharded the same way, offloaded to CPU between
 #   phases, or placed on their own GPUs (OpenRLHF places the four models on separate GPU groups with
-#   Ray; other stacks co-locate everything and swap).
+#   Ray by default, and `--train.colocate_all` puts them all, the inference engine included, on the
+#   same GPUs, which then take turns).
 # - **LoRA.** Train low-rank adapters on a frozen base. The reference is then the base model with the
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
@@ -2137,8 +2151,7 @@ openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generat
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
-
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ad6828d05d30e681898e49989bf8ac16", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9636de7f44c613fc78c8eb86134ecce4", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2181,20 +2194,54 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    anchors the clip, so the lag already uses up part of the band before the first step.
 # 2. **Decoupled.** Recompute the log-probs with the policy as it is when the update starts, the
 #    *proximal* policy, and clip around those; multiply each token's term by a separate behaviour
-#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, truncated to a range, which carries the correction
-#    (Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the step this
-#    update takes. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
+#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, which carries the correction (the decoupled
+#    objective of Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the
+#    step this update takes. Truncating that weight to a range is a separate, older device: V-trace
+#    (Espeholt et al., 2018, arXiv:1802.01561) truncates importance weights to bound their variance,
+#    and OpenRLHF's correction below clamps them the same way; it is not part of Hilton et al.'s
+#    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
 #    exercise 5 measures both designs on the toy.
 #
 # What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
 # quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
 # remains even in synchronous training: at the same weights an inference engine's kernels do not
-# reproduce the trainer's numbers exactly. OpenRLHF (v0.11.0) recomputes $\log\pi_{\text{old}}$ in the
-# trainer and, with `--algo.advantage.is_correction_enable`, applies the decoupled weight between
-# the trainer's and the engine's log-probs, truncated to $[0.5, 5]$ by default, in the policy loss of
-# `openrlhf/models/loss.py`; the same code serves its asynchronous mode. Llama 2's report describes
-# one more cost of sampling inside the trainer: with FSDP, sampling was very slow until the full
-# weights were gathered onto each node once before generation and freed afterwards.
+# reproduce the trainer's numbers exactly. Different kernels, reduction orders, lower precision in
+# the engine (bf16 sampling for an fp32 or mixed-precision trainer) and, in mixture-of-experts
+# models, a different expert routing for the same token make $\pi_{\text{engine}}$ and
+# $\pi_{\text{train}}$ two distributions, so "on-policy" data is slightly off-policy. Yao et al.
+# (2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", fengyao.notion.site/off-policy-rl)
+# measured this gap in production stacks and proposed the truncated importance-sampling (TIS) fix:
+# multiply each token's loss by $\pi_{\text{train}}/\pi_{\text{engine}}$, clamped. OpenRLHF (v0.11.0)
+# recomputes $\log\pi_{\text{old}}$ in the trainer and, with `--algo.advantage.is_correction_enable`,
+# applies one of three forms chosen by `--algo.advantage.is_correction_type`, all with the band
+# `--algo.advantage.is_correction_threshold` $= [0.5, 5]$ by default (`openrlhf/models/loss.py`):
+# `tis` clamps the per-token ratio into the band; `icepop` keeps the ratio where it lies inside the
+# band and sets the token's loss to zero outside it (IcePop, from the Ring-1T report, Ling Team,
+# 2025, arXiv:2510.18855); `seq-mask-tis` drops whole responses whose geometric-mean ratio leaves the
+# band and weights the rest per token. It logs the gap as `vllm_kl`; the same code serves its
+# asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
+# policy samples, the fp32 policy scores the same tokens.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fdacbe6545f1be8ad30df1b29c4c18c7", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# Demonstration only: the autograder skips this cell.
+from mlbook.posttrain.samplers import precision_mismatch
+
+mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
+print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
+      f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}")  # fmt: skip
+print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
+      f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}")  # fmt: skip
+
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "023decf78d54356164ef9b9d05e3bc51", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# On the toy the gap is real but small (the cell prints it): bf16 keeps about three significant
+# digits, each log-prob moves by far less than the band allows, and no token comes near the band's
+# edges, so on eight-token responses every correction above is a no-op. The same effect grows into
+# a training instability at scale: thousands of tokens per response (a sequence-level ratio
+# multiplies thousands of per-token ones), vocabularies of 100k tokens whose tail probabilities
+# bf16 rounds hardest, and expert routing that can flip between engine and trainer. Llama 2's
+# report describes one more cost of sampling inside the trainer: with FSDP, sampling was very slow
+# until the full weights were gathered onto each node once before generation and freed afterwards.
 #
 # ### 4.3 Failure modes: symptom, cause, fix
 #
@@ -2203,7 +2250,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #
 # | Symptom | Likely cause | How to confirm | Fix |
 # |---|---|---|---|
-# | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; length penalty or length-controlled RM |
+# | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble (Coste et al., 2023; Eisenstein et al., 2023: it helps, but members that share an error agree on it) | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; optimise an RM ensemble's worst case or uncertainty-penalised mean (Coste et al., 2023); length penalty or length-controlled RM |
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
 # | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
@@ -2228,10 +2275,10 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #
 # | Method | Needs | Models held during training | Strengths | Weaknesses | Pick it when |
 # |---|---|---|---|---|---|
-# | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; strongest at optimising a learned reward | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
+# | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; tuned with care, it beat DPO across dialogue and code benchmarks (Xu et al., 2024), while against critic-free RLOO and GRPO the evidence is mixed (Ahmadian et al., 2024, report RLOO ahead; §4.5's toy ties) | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
 # | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap | Pairs only, limited compute, or very large models (Llama 3's choice) |
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
-# | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
+# | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$ (an upper bound, Beirami et al., 2024); explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7d2f09e1684c1be5a4853c1b62658722", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
@@ -2447,7 +2494,7 @@ show(
 # as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
 # benchmarks, so a weak result for any method may be a weakly tuned baseline.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f1f2c8b9d624272909cdfdb8cf85f1eb", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97b33e6bdebb7cd48aa633d552d50c23", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -2476,8 +2523,9 @@ show(
 # prompt, keep the one the reward model ranks highest, fine-tune on those winners (done with the
 # 70B model; smaller models were fine-tuned on its selected outputs). In V5 PPO was run *on top of*
 # the rejection-sampling checkpoint, on fresh samples: not, as is sometimes said, on the best
-# samples. Their explanation of the division of labour: the best of $K$ samples explores more widely,
-# PPO makes many small per-token updates. The PPO reward used **two reward models**, safety and
+# samples. The paper names the difference *breadth* and *depth*: rejection sampling draws $K$ samples
+# per prompt, all from the policy the round started with, while PPO draws one per prompt, from the
+# policy as the previous gradient step left it. The PPO reward used **two reward models**, safety and
 # helpfulness: the safety score was used for prompts tagged as risky or when it fell below a
 # threshold, otherwise the helpfulness score, and the chosen score was whitened (mapped back
 # through the logit, then standardised) before subtracting a KL penalty to the pre-RLHF policy with
@@ -2568,7 +2616,7 @@ print(
     f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2a3bdd43d3c7eb678176de460d42b740", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "908b368a5a782816987e80d0498bceda", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
@@ -2585,8 +2633,10 @@ print(
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
 #   $k_3$ against `target_kl` (off by default) at the end of each epoch. The legacy TRL trainer's
 #   `early_stopping` is off by default too, and when on it compares the mean log-ratio $k_1$, which
-#   can be negative, with $1.5\times$ `target_kl`, after the minibatch's optimiser step has been
-#   taken. What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
+#   can be negative, with $1.5\times$ `target_kl`. It checks once per epoch, after every minibatch
+#   of the epoch has taken its optimiser step, and reads the $k_1$ of the epoch's last minibatch
+#   only (computed in that minibatch's forward pass, before its step), so an epoch that overshoots
+#   is finished before the stop takes effect (`trl/trainer/ppo_trainer.py` in 0.11.4). What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
 #   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
 #   chapter's run.
 #
@@ -2677,39 +2727,57 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
     "so check that its ✓ check cell passes first"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97844be49de79fd31926836899c559af", "grade": false, "grade_id": "50_production-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c4beeed2c52e4de211bb94aa6c0e8300", "grade": false, "grade_id": "50_production-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The defaults you will meet.** Reading a paper's or a colleague's settings, you need to know what
-# they left at the library's default. The cell below lists those defaults for two maintained stacks,
-# read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
-# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
+# they left at the library's default. The cell below lists those defaults for three stacks, read
+# from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
+# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`. TRL
+# is a historical column: its PPO trainer moved to `trl.experimental.ppo` in v0.26 (PR #4482) and was
+# removed altogether in 1.13.0 (PR #7020), so 1.12.0 is the last release that has it. verl is the
+# stack a student starting in 2026 is most likely to meet; its column is read from v0.7.0's
+# generated trainer config, `verl/trainer/config/_generated_ppo_trainer.yaml`, and the dual clip from
+# `compute_policy_loss_vanilla` in `verl/trainer/ppo/core_algos.py`.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "40370161aada66eaed96bec65d093016", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e8c9ef3fa412f46c0d94ea02549cb176", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
-library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
-    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
-    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),
-    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "0.95"),
-    "gamma": ("1.0", "1", "1.0"),
-    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2"),
-    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.2"),
-    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "[-5, 5]"),
-    "KL estimator in the reward": ("k1 (`kl_estimator`; k3 optional)", "k1 (`--algo.kl.estimator`; k2, k3)", "k1"),
+library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
+    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
+                              "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)", "0.1, fixed"),
+    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic is its own worker with its own optimiser",
+                              "none: the critic has its own engine"),
+    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "1.0 (`algorithm.lam`)", "0.95"),
+    "gamma": ("1.0", "1", "1.0", "1.0"),
+    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2 (`clip_ratio`)", "0.2"),
+    "dual clip (A < 0)": ("none", "off (`--actor.dual_clip`)", "on, c = 3 (`clip_ratio_c`)", "none"),
+    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.5 (`critic.cliprange_value`)", "0.2"),
+    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "none", "[-5, 5]"),
+    "KL estimator": ("k1 in the reward (`kl_estimator`; k3 optional)", "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
+                     "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off", "k1 in the reward"),
+    "loss aggregation": ("masked mean over the minibatch's tokens", "token mean over the global batch", "token mean (`loss_agg_mode`)",
+                         "masked token mean"),
+    "PPO epochs per batch": ("4 (`num_ppo_epochs`)", "1 (`--train.max_epochs`)", "1 (`ppo_epochs`)", "1 (`--ppo_epochs`)"),
 }  # fmt: skip
 c = CHAPTER_RUN
 chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
-           f"{c.clip_eps}", f"{c.clip_eps} (the policy's)", "none", "k1"]  # fmt: skip
-rows = ["| setting | TRL 1.12.0 (`trl.experimental.ppo.PPOConfig`) | OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) "
-        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |", "|---|---|---|---|---|"]  # fmt: skip
-for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
-    rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
+           f"{c.clip_eps}", "none", f"{c.clip_eps} (the policy's)", "none", "k1 in the reward", "masked token mean",
+           f"{c.ppo_epochs}"]  # fmt: skip
+rows = ["| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
+        "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
+        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
+        "|---|---|---|---|---|---|"]  # fmt: skip
+for (name, (trl, openrlhf, verl, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+    rows.append(f"| {name} | {trl} | {openrlhf} | {verl} | {dschat} | {ours} |")
 display(Markdown("\n".join(rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9b6353d786c9df9a884f8141c5e87eb", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "47d87c0d5a5937c9c9b4de36b4f8bd40", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Four things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
 # result reported "with default settings" says little until you know which library. $\beta$ differs
-# by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
-# does (§2.4). And the language-model stacks weight the critic less than the control-task default
-# this chapter borrowed from CleanRL, or give it a separate optimiser altogether (§2.3).
+# by a factor of ten where there is one, verl's default run has no KL term at all, and none of the
+# stacks adapts $\beta$ by default, while this chapter does (§2.4). The language-model stacks weight
+# the critic less than the control-task default this chapter borrowed from CleanRL, or give it a
+# separate optimiser altogether (§2.3). And the newer stacks take one pass over each batch where TRL
+# and this chapter take four, which makes the clip matter less and the dual clip a guard for the
+# rare token whose ratio is already far off when the update starts.
 #
 # **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
 # response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
@@ -2740,7 +2808,16 @@ display(Markdown("\n".join(rows)))
 #   model is biased at the start, and with $\lambda < 1$ the end-of-response reward decays before it
 #   reaches early tokens. Their fix pretrains the critic on samples of the frozen initial policy, and
 #   uses $\lambda = 1$ for the critic's targets while the policy's advantages keep a smaller $\lambda$.
-#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form.
+#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form. VAPO (Yue et al.,
+#   2025, arXiv:2504.05118) is the value-based answer to long chains of thought built on top of
+#   both: keeping value pretraining and the decoupled $\lambda$, it makes the policy's $\lambda$
+#   depend on the response's length $\ell$, $\lambda_{\text{policy}} = 1 - 1/(\alpha\ell)$, so that
+#   a long response's advantages reach further back than a short one's, and adds clip-higher, the
+#   token-level loss and group sampling.
+# - *A sequence-level ratio.* GSPO (Zheng et al., 2025, arXiv:2507.18071) replaces the per-token
+#   ratio with the response's length-normalised likelihood ratio (the geometric mean of its token
+#   ratios) and clips whole responses, which its authors found more stable for mixture-of-experts
+#   models; it is OpenRLHF's `--actor.policy_loss_type gspo`.
 # - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
 #   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
 #   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
@@ -2748,9 +2825,12 @@ display(Markdown("\n".join(rows)))
 #
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
-# - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
-#   every epoch (CleanRL, TRL, lm-human-preferences), so an epoch takes several optimiser steps in
-#   a fresh order; `ppo_update` takes one full-batch step per epoch, which 64 short sequences allow.
+# - *Minibatches.* CleanRL splits each rollout batch into minibatches (4 by default) and reshuffles
+#   them every epoch, so an epoch takes several optimiser steps in a fresh order. The language-model
+#   defaults are closer to this chapter than that suggests: lm-human-preferences (`nminibatches = 1`
+#   in `train_policy.py`), the rewritten TRL trainer (`num_mini_batches = 1`) and the legacy one
+#   (`mini_batch_size` = `batch_size` = 128) all default to one minibatch per epoch, as `ppo_update`
+#   does; larger runs raise the number to fit memory.
 # - *Learning-rate decay.* CleanRL's `anneal_lr`, on by default, decays the learning rate linearly
 #   to zero over training; here it stays constant.
 # - *Adam's $\epsilon$.* CleanRL sets it to $10^{-5}$ instead of PyTorch's $10^{-8}$, and Huang, Liu
@@ -2765,12 +2845,12 @@ display(Markdown("\n".join(rows)))
 #   cause a loss spike.
 #
 # Library churn is real. TRL's rewritten PPO trainer left the top-level package for
-# `trl.experimental.ppo` in the 1.x series (`trl.experimental.ppo.PPOTrainer`, still there in TRL
-# 1.12.0), and the experimental module is gone from TRL 1.16.0; OpenRLHF renamed its command-line
+# `trl.experimental.ppo` in v0.26 (PR #4482; the old import path kept a deprecation stub until 1.0),
+# and PR #7020 removed PPO from TRL altogether, so 1.12.0 is the last release with it; OpenRLHF renamed its command-line
 # flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
 # the version you build on, and read its defaults from the code rather than from a blog post.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dffc6f2512d6f6040965dfcfc2bd5bbc", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2e23f4814f23338c730a949854d60d35", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -2874,8 +2954,9 @@ display(Markdown("\n".join(rows)))
 # weights and the KV cache from HBM to do roughly $2P$ FLOPs per sequence, about $B$ FLOPs per byte at
 # batch size $B$, while an H100 needs around 300 FLOPs per byte to be compute-bound, and the KV cache
 # limits $B$. Responses also finish at different lengths, so static batches idle behind their
-# longest row. Training on the same tokens is one parallel, compute-bound pass. Reported splits put
-# 60-80 % of a step in generation.
+# longest row. Training on the same tokens is one parallel, compute-bound pass. OpenRLHF's README
+# puts generation at 80 % of RLHF training time; §4.2's roofline shows why no single number holds:
+# the share rises as the decode batch shrinks and the responses grow.
 #
 # The mitigations: an inference engine for rollouts (paged KV cache, continuous batching, sometimes
 # quantised weights); weight synchronisation from trainer to engine after each update; and
@@ -2883,11 +2964,12 @@ display(Markdown("\n".join(rows)))
 # update stale, and there are two correct answers. Either $\log\pi_{\text{old}}$ is the log-probability
 # under the weights that sampled, so one ratio both corrects and clips; or the update is
 # *decoupled*: clip around log-probs recomputed with the policy at the start of the update (the
-# proximal policy) and carry the correction in a separate, truncated weight
-# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022). The wrong answer is recomputing without
-# the weight. Engines and trainers also disagree numerically at the same weights, which is why a
-# stack like OpenRLHF recomputes in the trainer and applies exactly such a truncated weight between
-# the engine's log-probs and its own.
+# proximal policy) and carry the correction in a separate weight
+# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022), truncated as V-trace truncates its
+# importance weights (Espeholt et al., 2018). The wrong answer is recomputing without
+# the weight. Engines and trainers also disagree numerically at the same weights (Yao et al., 2025),
+# which is why a stack like OpenRLHF recomputes in the trainer and applies such a truncated weight
+# (TIS), a token mask (IcePop) or a sequence mask between the engine's log-probs and its own.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
 # thousands of tokens per response, a few hundred concurrent sequences already fill the memory the
@@ -2901,7 +2983,8 @@ display(Markdown("\n".join(rows)))
 #
 # Rejection sampling (best-of-$N$): sample $N$ responses, keep the one the RM scores highest, and
 # fine-tune on the winners. It needs only an SFT stack and an RM, no critic, no per-token machinery;
-# its KL to the sampling policy is bounded, $\mathrm{KL} \le \log N - (N-1)/N$; and taking the max over $N$
+# its KL to the sampling policy is bounded, $\mathrm{KL} \le \log N - (N-1)/N$ (an upper bound,
+# not the value: Beirami et al., 2024, arXiv:2401.01879); and taking the max over $N$
 # samples explores broadly. But it can only raise the likelihood of whole responses that already
 # appeared, so gains saturate. PPO changes individual token probabilities using a learned critic
 # and can move the policy beyond anything in its current top-$N$, at the price of four models, more
@@ -2926,7 +3009,12 @@ display(Markdown("\n".join(rows)))
 # right; a few nats spent on length can buy a lot of proxy reward.
 #
 # Diagnose: label a fresh batch of current samples (humans or a strong judge) and compare with the
-# RM; plot response length and the reward against KL; check disagreement across an RM ensemble.
+# RM; plot response length and the reward against KL; check disagreement across an RM ensemble
+# (Coste et al., 2023, arXiv:2310.02743, found that optimising an ensemble's worst case or an
+# uncertainty-penalised mean largely removes over-optimisation in best-of-$n$ and PPO; Eisenstein
+# et al., 2023, arXiv:2312.09244, that ensembles help but do not remove reward hacking when all
+# members share the same error, and that pretraining-seed diversity helps more than fine-tuning
+# seeds).
 # Fix: retrain the RM on pairs from the current policy, stop at the checkpoint where human
 # preference peaked, tighten the KL target, and add explicit controls (length penalty or a
 # length-debiased RM; ensemble-min rewards).
@@ -3254,7 +3342,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dd8fdbd25776817ed9dbf0890f80dd35", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "13b3bf9d4c8ac0bc54215596ae4b5161", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -3301,7 +3389,7 @@ _checked = check("rlhf_ppo.ipynb")
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). arXiv:2403.17031.
+#   (2024). COLM 2024. arXiv:2403.17031.
 #   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**
@@ -3311,8 +3399,12 @@ _checked = check("rlhf_ppo.ipynb")
 # - *TRL: Transformers Reinforcement Learning.* von Werra, L., Belkada, Y., Tunstall, L., Beeching, E.,
 #   Thrush, T., Lambert, N., Huang, S., Rasul, K., Gallouédec, Q. (2020). github.com/huggingface/trl
 #   (title and authors as in its `CITATION.cff`). (Legacy `PPOTrainer` up to 0.11; the rewritten
-#   trainer from 0.12, in `trl.experimental.ppo` in the 1.x series up to at least 1.12.0, absent from
-#   1.16.0; the defaults of §5 are read from 1.12.0's `PPOConfig`.)
+#   trainer from 0.12, moved to `trl.experimental.ppo` in v0.26 (PR #4482), removed in 1.13.0 by
+#   PR #7020; the defaults of §5 are read from 1.12.0's `PPOConfig`, the last release with PPO.)
+# - *verl: Volcano Engine Reinforcement Learning for LLMs.* github.com/volcengine/verl; the paper is
+#   Sheng, G., et al. (2025). *HybridFlow: A Flexible and Efficient RLHF Framework.* EuroSys.
+#   arXiv:2409.19256. (Defaults of §5 read from v0.7.0's
+#   `verl/trainer/config/_generated_ppo_trainer.yaml` and `verl/trainer/ppo/core_algos.py`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
 #   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
@@ -3333,6 +3425,17 @@ _checked = check("rlhf_ppo.ipynb")
 #   arXiv:2503.20783. (Dr. GRPO: biases of per-response averaging and of the group std, §5.)
 # - *What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret.* Yuan, Y., Yue, Y.,
 #   Zhu, R., Fan, T., Yan, L. (2025). arXiv:2503.01491. (Value pretraining and decoupled GAE, §5.)
+# - *VAPO: Efficient and Reliable Reinforcement Learning for Advanced Reasoning Tasks.* Yue, Y., et al.
+#   (2025). arXiv:2504.05118. (Length-adaptive GAE on top of value pretraining, §5.)
+# - *Group Sequence Policy Optimization.* Zheng, C., et al. (2025). arXiv:2507.18071. (A sequence-level
+#   ratio and clip, §5.)
+# - *IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures.*
+#   Espeholt, L., et al. (2018). ICML. arXiv:1802.01561. (V-trace: truncated importance weights, §4.2.)
+# - *Your Efficient RL Framework Secretly Brings You Off-Policy RL Training.* Yao, F., et al. (2025). Blog post,
+#   fengyao.notion.site/off-policy-rl. (The
+#   training-inference mismatch and truncated importance sampling, §4.2.)
+# - *Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model.* Ling Team
+#   (2025). arXiv:2510.18855. (Ring-1T; IcePop's token mask, §4.2.)
 #
 # **Systems** (§4)
 #
@@ -3361,4 +3464,10 @@ _checked = check("rlhf_ppo.ipynb")
 #   Hooker, S. (2024). ACL. arXiv:2402.14740. (RLOO, §4.5.)
 # - *Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study.* Xu, S., Fu, W., Gao, J., Ye, W.,
 #   Liu, W., Mei, Z., Wang, G., Yu, C., Wu, Y. (2024). ICML. arXiv:2404.10719. (Well-tuned PPO against
-#   DPO, §4.5.)
+#   DPO, §4.4 and §4.5.)
+# - *Reward Model Ensembles Help Mitigate Overoptimization.* Coste, T., Anwar, U., Kirk, R.,
+#   Krueger, D. (2023). ICLR 2024. arXiv:2310.02743. (§4.3, §6 Q6.)
+# - *Helping or Herding? Reward Model Ensembles Mitigate but do not Eliminate Reward Hacking.*
+#   Eisenstein, J., et al. (2023). arXiv:2312.09244. (§4.3, §6 Q6.)
+# - *Theoretical Guarantees on the Best-of-n Alignment Policy.* Beirami, A., et al. (2024).
+#   arXiv:2401.01879. (The best-of-$N$ KL bound, §4.4 and §6 Q5.)

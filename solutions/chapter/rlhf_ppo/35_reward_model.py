@@ -12,9 +12,12 @@
 #
 # $$\mathcal L(\phi) = -\,\mathbb E_{(x, y_w, y_l)}\,\log \sigma\big(r_\phi(x, y_w) - r_\phi(x, y_l)\big).$$
 #
-# This is the loss of Christiano et al. (2017) and, for language models, of Ziegler et al. (2019),
-# Stiennon et al. (2020) and InstructGPT (Ouyang et al., 2022). Two consequences shape the rest of
-# the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
+# This is the loss of Christiano et al. (2017) and of Stiennon et al. (2020), and the two-response
+# case of what other language-model pipelines fit. Ziegler et al. (2019) showed raters four samples,
+# asked for the best one, and trained with a softmax over the four rewards, of which the formula above
+# is the $K = 2$ instance. InstructGPT (Ouyang et al., 2022) had labelers rank $K$ responses (4 to 9)
+# and turned each ranking into its $\binom{K}{2}$ pairs, all pairs of one prompt in the same batch,
+# each entering the pairwise loss. Two consequences shape the rest of the pipeline. Only *differences* of rewards enter the loss, so the offset of $r_\phi$ is
 # arbitrary, and its scale says how consistent the labels were rather than anything PPO should
 # depend on; lm-human-preferences therefore fixes both after training, with a gain and a bias
 # chosen so that the rewards of samples from the initial policy have mean 0 and standard deviation
@@ -178,10 +181,20 @@ show(
 #   "more `good` is better" was an extrapolation.
 # - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
 #   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
-#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$).
-#   The KL fee is what holds a run near that peak: the largest $\beta$ stops at a small KL and
-#   keeps most of the gold gain. This is the reason the chapter's KL term exists,
-#   measured.
+#   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$). The peak in the table is the
+#   largest of 60 noisy step means, so it sits a little above the curve it samples.
+# - **The reversal is built in.** The toy's gold falls because the toy was written that way: past
+#   two `good` tokens each one costs gold, in a region the initial policy almost never samples, so
+#   the reward model has no data there and extrapolates "more is better". Its error is an
+#   extrapolation error by construction. In Gao et al.'s setting nothing was built to reverse: a
+#   fixed gold model labelled the data, and gold fell because the proxy's errors, wherever the
+#   policy found them, were optimised too.
+# - **What the KL fee does here, and what it does not.** The largest $\beta$ stops at a small KL
+#   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
+#   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
+#   penalty did not raise the gold score reached at a given KL, and that its effect was like
+#   stopping the run earlier on the same curve. The same holds on the toy: at equal KL, the three
+#   $\beta$ values sit on one gold curve.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`

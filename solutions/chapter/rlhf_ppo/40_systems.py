@@ -78,7 +78,8 @@ print(f"PPO-RLHF / pretraining = 36 / 16 = {rlhf_over_pretraining(7e9):.2f}x")
 #   weights just before it runs, so static memory per GPU is about $36P/N$ bytes: 252 GB over 8
 #   GPUs is about 32 GB each. The frozen pair can be sharded the same way, offloaded to CPU between
 #   phases, or placed on their own GPUs (OpenRLHF places the four models on separate GPU groups with
-#   Ray; other stacks co-locate everything and swap).
+#   Ray by default, and `--train.colocate_all` puts them all, the inference engine included, on the
+#   same GPUs, which then take turns).
 # - **LoRA.** Train low-rank adapters on a frozen base. The reference is then the base model with the
 #   adapters switched off, so it costs nothing extra, and Adam state exists only for the adapters.
 #   A critic can be a second adapter (plus a value head) on the same base.
@@ -446,20 +447,52 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    anchors the clip, so the lag already uses up part of the band before the first step.
 # 2. **Decoupled.** Recompute the log-probs with the policy as it is when the update starts, the
 #    *proximal* policy, and clip around those; multiply each token's term by a separate behaviour
-#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, truncated to a range, which carries the correction
-#    (Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the step this
-#    update takes. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
+#    weight $\pi_{\text{prox}}/\pi_{\text{behav}}$, which carries the correction (the decoupled
+#    objective of Hilton, Cobbe and Schulman, 2022, arXiv:2110.00641). The clip then bounds only the
+#    step this update takes. Truncating that weight to a range is a separate, older device: V-trace
+#    (Espeholt et al., 2018, arXiv:1802.01561) truncates importance weights to bound their variance,
+#    and OpenRLHF's correction below clamps them the same way; it is not part of Hilton et al.'s
+#    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
 #    exercise 5 measures both designs on the toy.
 #
 # What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
 # quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
 # remains even in synchronous training: at the same weights an inference engine's kernels do not
-# reproduce the trainer's numbers exactly. OpenRLHF (v0.11.0) recomputes $\log\pi_{\text{old}}$ in the
-# trainer and, with `--algo.advantage.is_correction_enable`, applies the decoupled weight between
-# the trainer's and the engine's log-probs, truncated to $[0.5, 5]$ by default, in the policy loss of
-# `openrlhf/models/loss.py`; the same code serves its asynchronous mode. Llama 2's report describes
-# one more cost of sampling inside the trainer: with FSDP, sampling was very slow until the full
-# weights were gathered onto each node once before generation and freed afterwards.
+# reproduce the trainer's numbers exactly. Different kernels, reduction orders, lower precision in
+# the engine (bf16 sampling for an fp32 or mixed-precision trainer) and, in mixture-of-experts
+# models, a different expert routing for the same token make $\pi_{\text{engine}}$ and
+# $\pi_{\text{train}}$ two distributions, so "on-policy" data is slightly off-policy. Yao et al.
+# (2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", fengyao.notion.site/off-policy-rl)
+# measured this gap in production stacks and proposed the truncated importance-sampling (TIS) fix:
+# multiply each token's loss by $\pi_{\text{train}}/\pi_{\text{engine}}$, clamped. OpenRLHF (v0.11.0)
+# recomputes $\log\pi_{\text{old}}$ in the trainer and, with `--algo.advantage.is_correction_enable`,
+# applies one of three forms chosen by `--algo.advantage.is_correction_type`, all with the band
+# `--algo.advantage.is_correction_threshold` $= [0.5, 5]$ by default (`openrlhf/models/loss.py`):
+# `tis` clamps the per-token ratio into the band; `icepop` keeps the ratio where it lies inside the
+# band and sets the token's loss to zero outside it (IcePop, from the Ring-1T report, Ling Team,
+# 2025, arXiv:2510.18855); `seq-mask-tis` drops whole responses whose geometric-mean ratio leaves the
+# band and weights the rest per token. It logs the gap as `vllm_kl`; the same code serves its
+# asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
+# policy samples, the fp32 policy scores the same tokens.
+
+# %% needs_answers=true demo=true
+from mlbook.posttrain.samplers import precision_mismatch
+
+mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
+print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
+      f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}")  # fmt: skip
+print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
+      f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}")  # fmt: skip
+
+# %% [markdown]
+# On the toy the gap is real but small (the cell prints it): bf16 keeps about three significant
+# digits, each log-prob moves by far less than the band allows, and no token comes near the band's
+# edges, so on eight-token responses every correction above is a no-op. The same effect grows into
+# a training instability at scale: thousands of tokens per response (a sequence-level ratio
+# multiplies thousands of per-token ones), vocabularies of 100k tokens whose tail probabilities
+# bf16 rounds hardest, and expert routing that can flip between engine and trainer. Llama 2's
+# report describes one more cost of sampling inside the trainer: with FSDP, sampling was very slow
+# until the full weights were gathered onto each node once before generation and freed afterwards.
 #
 # ### 4.3 Failure modes: symptom, cause, fix
 #
@@ -468,7 +501,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #
 # | Symptom | Likely cause | How to confirm | Fix |
 # |---|---|---|---|
-# | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; length penalty or length-controlled RM |
+# | Reward climbs, samples get worse (longer, formulaic, sycophantic) | Over-optimisation: the policy exploits the reward model off its training distribution | Fresh human or strong-judge labels on current samples; length drift; disagreement within an RM ensemble (Coste et al., 2023; Eisenstein et al., 2023: it helps, but members that share an error agree on it) | Lower KL target / raise $\beta$; stop earlier; refresh the RM on current samples; optimise an RM ensemble's worst case or uncertainty-penalised mean (Coste et al., 2023); length penalty or length-controlled RM |
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
 # | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
@@ -493,7 +526,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #
 # | Method | Needs | Models held during training | Strengths | Weaknesses | Pick it when |
 # |---|---|---|---|---|---|
-# | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; strongest at optimising a learned reward | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
+# | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; tuned with care, it beat DPO across dialogue and code benchmarks (Xu et al., 2024), while against critic-free RLOO and GRPO the evidence is mixed (Ahmadian et al., 2024, report RLOO ahead; §4.5's toy ties) | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
 # | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap | Pairs only, limited compute, or very large models (Llama 3's choice) |
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
-# | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$; explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
+# | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$ (an upper bound, Beirami et al., 2024); explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |

@@ -27,8 +27,9 @@
 # prompt, keep the one the reward model ranks highest, fine-tune on those winners (done with the
 # 70B model; smaller models were fine-tuned on its selected outputs). In V5 PPO was run *on top of*
 # the rejection-sampling checkpoint, on fresh samples: not, as is sometimes said, on the best
-# samples. Their explanation of the division of labour: the best of $K$ samples explores more widely,
-# PPO makes many small per-token updates. The PPO reward used **two reward models**, safety and
+# samples. The paper names the difference *breadth* and *depth*: rejection sampling draws $K$ samples
+# per prompt, all from the policy the round started with, while PPO draws one per prompt, from the
+# policy as the previous gradient step left it. The PPO reward used **two reward models**, safety and
 # helpfulness: the safety score was used for prompts tagged as risky or when it fell below a
 # threshold, otherwise the helpfulness score, and the chosen score was whitened (mapped back
 # through the logit, then standardised) before subtracting a KL penalty to the pre-RLHF policy with
@@ -136,8 +137,10 @@ print(
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
 #   $k_3$ against `target_kl` (off by default) at the end of each epoch. The legacy TRL trainer's
 #   `early_stopping` is off by default too, and when on it compares the mean log-ratio $k_1$, which
-#   can be negative, with $1.5\times$ `target_kl`, after the minibatch's optimiser step has been
-#   taken. What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
+#   can be negative, with $1.5\times$ `target_kl`. It checks once per epoch, after every minibatch
+#   of the epoch has taken its optimiser step, and reads the $k_1$ of the epoch's last minibatch
+#   only (computed in that minibatch's forward pass, before its step), so an epoch that overshoots
+#   is finished before the stop takes effect (`trl/trainer/ppo_trainer.py` in 0.11.4). What TRL and lm-human-preferences log as `approxkl` is yet another estimator,
 #   $k_2 = \tfrac12\mathbb E[(\log r)^2]$ (Schulman, 2020); §3.6 prints $k_2$ next to $k_3$ on this
 #   chapter's run.
 #
@@ -230,36 +233,54 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 
 # %% [markdown]
 # **The defaults you will meet.** Reading a paper's or a colleague's settings, you need to know what
-# they left at the library's default. The cell below lists those defaults for two maintained stacks,
-# read from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
-# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`.
+# they left at the library's default. The cell below lists those defaults for three stacks, read
+# from their code at the versions named in the header, next to DeepSpeed-Chat (Yao et al., 2023,
+# arXiv:2308.01320; its `DeepSpeedPPOTrainer` hard-codes them) and this chapter's `CHAPTER_RUN`. TRL
+# is a historical column: its PPO trainer moved to `trl.experimental.ppo` in v0.26 (PR #4482) and was
+# removed altogether in 1.13.0 (PR #7020), so 1.12.0 is the last release that has it. verl is the
+# stack a student starting in 2026 is most likely to meet; its column is read from v0.7.0's
+# generated trainer config, `verl/trainer/config/_generated_ppo_trainer.yaml`, and the dual clip from
+# `compute_policy_loss_vanilla` in `verl/trainer/ppo/core_algos.py`.
 
 # %% tags=["nbval-check-output"] demo=true
-library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, DeepSpeed-Chat), read from their code
-    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`", "0.1, fixed"),
-    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic has its own engine"),
-    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "0.95"),
-    "gamma": ("1.0", "1", "1.0"),
-    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2"),
-    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.2"),
-    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "[-5, 5]"),
-    "KL estimator in the reward": ("k1 (`kl_estimator`; k3 optional)", "k1 (`--algo.kl.estimator`; k2, k3)", "k1"),
+library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
+    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
+                              "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)", "0.1, fixed"),
+    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic is its own worker with its own optimiser",
+                              "none: the critic has its own engine"),
+    "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "1.0 (`algorithm.lam`)", "0.95"),
+    "gamma": ("1.0", "1", "1.0", "1.0"),
+    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2 (`clip_ratio`)", "0.2"),
+    "dual clip (A < 0)": ("none", "off (`--actor.dual_clip`)", "on, c = 3 (`clip_ratio_c`)", "none"),
+    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.5 (`critic.cliprange_value`)", "0.2"),
+    "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "none", "[-5, 5]"),
+    "KL estimator": ("k1 in the reward (`kl_estimator`; k3 optional)", "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
+                     "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off", "k1 in the reward"),
+    "loss aggregation": ("masked mean over the minibatch's tokens", "token mean over the global batch", "token mean (`loss_agg_mode`)",
+                         "masked token mean"),
+    "PPO epochs per batch": ("4 (`num_ppo_epochs`)", "1 (`--train.max_epochs`)", "1 (`ppo_epochs`)", "1 (`--ppo_epochs`)"),
 }  # fmt: skip
 c = CHAPTER_RUN
 chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
-           f"{c.clip_eps}", f"{c.clip_eps} (the policy's)", "none", "k1"]  # fmt: skip
-rows = ["| setting | TRL 1.12.0 (`trl.experimental.ppo.PPOConfig`) | OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) "
-        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |", "|---|---|---|---|---|"]  # fmt: skip
-for (name, (trl, openrlhf, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
-    rows.append(f"| {name} | {trl} | {openrlhf} | {dschat} | {ours} |")
+           f"{c.clip_eps}", "none", f"{c.clip_eps} (the policy's)", "none", "k1 in the reward", "masked token mean",
+           f"{c.ppo_epochs}"]  # fmt: skip
+rows = ["| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
+        "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
+        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
+        "|---|---|---|---|---|---|"]  # fmt: skip
+for (name, (trl, openrlhf, verl, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+    rows.append(f"| {name} | {trl} | {openrlhf} | {verl} | {dschat} | {ours} |")
 display(Markdown("\n".join(rows)))
 
 # %% [markdown]
-# Three things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
+# Four things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
 # result reported "with default settings" says little until you know which library. $\beta$ differs
-# by a factor of ten, and none of the maintained stacks adapts it by default, while this chapter
-# does (§2.4). And the language-model stacks weight the critic less than the control-task default
-# this chapter borrowed from CleanRL, or give it a separate optimiser altogether (§2.3).
+# by a factor of ten where there is one, verl's default run has no KL term at all, and none of the
+# stacks adapts $\beta$ by default, while this chapter does (§2.4). The language-model stacks weight
+# the critic less than the control-task default this chapter borrowed from CleanRL, or give it a
+# separate optimiser altogether (§2.3). And the newer stacks take one pass over each batch where TRL
+# and this chapter take four, which makes the clip matter less and the dual clip a guard for the
+# rare token whose ratio is already far off when the update starts.
 #
 # **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
 # response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
@@ -290,7 +311,16 @@ display(Markdown("\n".join(rows)))
 #   model is biased at the start, and with $\lambda < 1$ the end-of-response reward decays before it
 #   reaches early tokens. Their fix pretrains the critic on samples of the frozen initial policy, and
 #   uses $\lambda = 1$ for the critic's targets while the policy's advantages keep a smaller $\lambda$.
-#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form.
+#   OpenRLHF's `--critic.freezing_steps` is the same warm-up in simpler form. VAPO (Yue et al.,
+#   2025, arXiv:2504.05118) is the value-based answer to long chains of thought built on top of
+#   both: keeping value pretraining and the decoupled $\lambda$, it makes the policy's $\lambda$
+#   depend on the response's length $\ell$, $\lambda_{\text{policy}} = 1 - 1/(\alpha\ell)$, so that
+#   a long response's advantages reach further back than a short one's, and adds clip-higher, the
+#   token-level loss and group sampling.
+# - *A sequence-level ratio.* GSPO (Zheng et al., 2025, arXiv:2507.18071) replaces the per-token
+#   ratio with the response's length-normalised likelihood ratio (the geometric mean of its token
+#   ratios) and clips whole responses, which its authors found more stable for mixture-of-experts
+#   models; it is OpenRLHF's `--actor.policy_loss_type gspo`.
 # - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
 #   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
 #   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
@@ -298,9 +328,12 @@ display(Markdown("\n".join(rows)))
 #
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
-# - *Minibatches.* Production loops split each rollout batch into minibatches and reshuffle them
-#   every epoch (CleanRL, TRL, lm-human-preferences), so an epoch takes several optimiser steps in
-#   a fresh order; `ppo_update` takes one full-batch step per epoch, which 64 short sequences allow.
+# - *Minibatches.* CleanRL splits each rollout batch into minibatches (4 by default) and reshuffles
+#   them every epoch, so an epoch takes several optimiser steps in a fresh order. The language-model
+#   defaults are closer to this chapter than that suggests: lm-human-preferences (`nminibatches = 1`
+#   in `train_policy.py`), the rewritten TRL trainer (`num_mini_batches = 1`) and the legacy one
+#   (`mini_batch_size` = `batch_size` = 128) all default to one minibatch per epoch, as `ppo_update`
+#   does; larger runs raise the number to fit memory.
 # - *Learning-rate decay.* CleanRL's `anneal_lr`, on by default, decays the learning rate linearly
 #   to zero over training; here it stays constant.
 # - *Adam's $\epsilon$.* CleanRL sets it to $10^{-5}$ instead of PyTorch's $10^{-8}$, and Huang, Liu
@@ -315,7 +348,7 @@ display(Markdown("\n".join(rows)))
 #   cause a loss spike.
 #
 # Library churn is real. TRL's rewritten PPO trainer left the top-level package for
-# `trl.experimental.ppo` in the 1.x series (`trl.experimental.ppo.PPOTrainer`, still there in TRL
-# 1.12.0), and the experimental module is gone from TRL 1.16.0; OpenRLHF renamed its command-line
+# `trl.experimental.ppo` in v0.26 (PR #4482; the old import path kept a deprecation stub until 1.0),
+# and PR #7020 removed PPO from TRL altogether, so 1.12.0 is the last release with it; OpenRLHF renamed its command-line
 # flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
 # the version you build on, and read its defaults from the code rather than from a blog post.

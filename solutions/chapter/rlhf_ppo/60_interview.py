@@ -102,8 +102,9 @@
 # weights and the KV cache from HBM to do roughly $2P$ FLOPs per sequence, about $B$ FLOPs per byte at
 # batch size $B$, while an H100 needs around 300 FLOPs per byte to be compute-bound, and the KV cache
 # limits $B$. Responses also finish at different lengths, so static batches idle behind their
-# longest row. Training on the same tokens is one parallel, compute-bound pass. Reported splits put
-# 60-80 % of a step in generation.
+# longest row. Training on the same tokens is one parallel, compute-bound pass. OpenRLHF's README
+# puts generation at 80 % of RLHF training time; §4.2's roofline shows why no single number holds:
+# the share rises as the decode batch shrinks and the responses grow.
 #
 # The mitigations: an inference engine for rollouts (paged KV cache, continuous batching, sometimes
 # quantised weights); weight synchronisation from trainer to engine after each update; and
@@ -111,11 +112,12 @@
 # update stale, and there are two correct answers. Either $\log\pi_{\text{old}}$ is the log-probability
 # under the weights that sampled, so one ratio both corrects and clips; or the update is
 # *decoupled*: clip around log-probs recomputed with the policy at the start of the update (the
-# proximal policy) and carry the correction in a separate, truncated weight
-# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022). The wrong answer is recomputing without
-# the weight. Engines and trainers also disagree numerically at the same weights, which is why a
-# stack like OpenRLHF recomputes in the trainer and applies exactly such a truncated weight between
-# the engine's log-probs and its own.
+# proximal policy) and carry the correction in a separate weight
+# $\pi_{\text{prox}}/\pi_{\text{behav}}$ (Hilton et al., 2022), truncated as V-trace truncates its
+# importance weights (Espeholt et al., 2018). The wrong answer is recomputing without
+# the weight. Engines and trainers also disagree numerically at the same weights (Yao et al., 2025),
+# which is why a stack like OpenRLHF recomputes in the trainer and applies such a truncated weight
+# (TIS), a token mask (IcePop) or a sequence mask between the engine's log-probs and its own.
 #
 # *Follow-up: why not just use a bigger batch to make decoding compute-bound?* The KV cache: at
 # thousands of tokens per response, a few hundred concurrent sequences already fill the memory the
@@ -129,7 +131,8 @@
 #
 # Rejection sampling (best-of-$N$): sample $N$ responses, keep the one the RM scores highest, and
 # fine-tune on the winners. It needs only an SFT stack and an RM, no critic, no per-token machinery;
-# its KL to the sampling policy is bounded, $\mathrm{KL} \le \log N - (N-1)/N$; and taking the max over $N$
+# its KL to the sampling policy is bounded, $\mathrm{KL} \le \log N - (N-1)/N$ (an upper bound,
+# not the value: Beirami et al., 2024, arXiv:2401.01879); and taking the max over $N$
 # samples explores broadly. But it can only raise the likelihood of whole responses that already
 # appeared, so gains saturate. PPO changes individual token probabilities using a learned critic
 # and can move the policy beyond anything in its current top-$N$, at the price of four models, more
@@ -154,7 +157,12 @@
 # right; a few nats spent on length can buy a lot of proxy reward.
 #
 # Diagnose: label a fresh batch of current samples (humans or a strong judge) and compare with the
-# RM; plot response length and the reward against KL; check disagreement across an RM ensemble.
+# RM; plot response length and the reward against KL; check disagreement across an RM ensemble
+# (Coste et al., 2023, arXiv:2310.02743, found that optimising an ensemble's worst case or an
+# uncertainty-penalised mean largely removes over-optimisation in best-of-$n$ and PPO; Eisenstein
+# et al., 2023, arXiv:2312.09244, that ensembles help but do not remove reward hacking when all
+# members share the same error, and that pretraining-seed diversity helps more than fine-tuning
+# seeds).
 # Fix: retrain the RM on pairs from the current policy, stop at the checkpoint where human
 # preference peaked, tighten the KL target, and add explicit controls (length penalty or a
 # length-debiased RM; ensemble-min rewards).

@@ -460,8 +460,9 @@ print(
 #
 # **(c)** Recomputation is wrong only when the correction is dropped with it. The decoupled form
 # (Hilton, Cobbe and Schulman, 2022) lets the proximal policy anchor the clip, which is what keeps each
-# update small, and gives the correction to a separate weight $\pi_{\text{prox}}/\pi_{\text{sampler}}$,
-# truncated so that one token cannot dominate. At the first epoch the proximal policy is the current
+# update small, and gives the correction to a separate weight $\pi_{\text{prox}}/\pi_{\text{sampler}}$;
+# truncating that weight so that one token cannot dominate is the V-trace practice (Espeholt et al.,
+# 2018) that OpenRLHF's correction follows. At the first epoch the proximal policy is the current
 # one, so the weight is exactly the sampler ratio of (b), clamped; on that batch no token reaches the
 # clamp (the cell prints the share). In the sweep both recomputing arms clip a fraction between the on-policy and the stale arm
 # on every seed; note that their clip fraction measures the drift within an update only, while the

@@ -45,7 +45,7 @@
 #   Hugging Face blog; ICLR 2024 Blog Track. (Adam's $\epsilon$, the zero value head, §5.)
 # - *The N+ Implementation Details of RLHF with PPO*, subtitled "A Case Study on TL;DR
 #   Summarization". Huang, S., Noukhovitch, M., Hosseini, A., Rasul, K., Wang, W., Tunstall, L.
-#   (2024). arXiv:2403.17031.
+#   (2024). COLM 2024. arXiv:2403.17031.
 #   (Reward whitening, `vf_coef` 0.1 and the production table, §2.3, §4.3 and §5.)
 #
 # **Libraries**
@@ -55,8 +55,12 @@
 # - *TRL: Transformers Reinforcement Learning.* von Werra, L., Belkada, Y., Tunstall, L., Beeching, E.,
 #   Thrush, T., Lambert, N., Huang, S., Rasul, K., Gallouédec, Q. (2020). github.com/huggingface/trl
 #   (title and authors as in its `CITATION.cff`). (Legacy `PPOTrainer` up to 0.11; the rewritten
-#   trainer from 0.12, in `trl.experimental.ppo` in the 1.x series up to at least 1.12.0, absent from
-#   1.16.0; the defaults of §5 are read from 1.12.0's `PPOConfig`.)
+#   trainer from 0.12, moved to `trl.experimental.ppo` in v0.26 (PR #4482), removed in 1.13.0 by
+#   PR #7020; the defaults of §5 are read from 1.12.0's `PPOConfig`, the last release with PPO.)
+# - *verl: Volcano Engine Reinforcement Learning for LLMs.* github.com/volcengine/verl; the paper is
+#   Sheng, G., et al. (2025). *HybridFlow: A Flexible and Efficient RLHF Framework.* EuroSys.
+#   arXiv:2409.19256. (Defaults of §5 read from v0.7.0's
+#   `verl/trainer/config/_generated_ppo_trainer.yaml` and `verl/trainer/ppo/core_algos.py`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
 #   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
@@ -77,6 +81,17 @@
 #   arXiv:2503.20783. (Dr. GRPO: biases of per-response averaging and of the group std, §5.)
 # - *What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret.* Yuan, Y., Yue, Y.,
 #   Zhu, R., Fan, T., Yan, L. (2025). arXiv:2503.01491. (Value pretraining and decoupled GAE, §5.)
+# - *VAPO: Efficient and Reliable Reinforcement Learning for Advanced Reasoning Tasks.* Yue, Y., et al.
+#   (2025). arXiv:2504.05118. (Length-adaptive GAE on top of value pretraining, §5.)
+# - *Group Sequence Policy Optimization.* Zheng, C., et al. (2025). arXiv:2507.18071. (A sequence-level
+#   ratio and clip, §5.)
+# - *IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures.*
+#   Espeholt, L., et al. (2018). ICML. arXiv:1802.01561. (V-trace: truncated importance weights, §4.2.)
+# - *Your Efficient RL Framework Secretly Brings You Off-Policy RL Training.* Yao, F., et al. (2025). Blog post,
+#   fengyao.notion.site/off-policy-rl. (The
+#   training-inference mismatch and truncated importance sampling, §4.2.)
+# - *Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model.* Ling Team
+#   (2025). arXiv:2510.18855. (Ring-1T; IcePop's token mask, §4.2.)
 #
 # **Systems** (§4)
 #
@@ -105,4 +120,10 @@
 #   Hooker, S. (2024). ACL. arXiv:2402.14740. (RLOO, §4.5.)
 # - *Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study.* Xu, S., Fu, W., Gao, J., Ye, W.,
 #   Liu, W., Mei, Z., Wang, G., Yu, C., Wu, Y. (2024). ICML. arXiv:2404.10719. (Well-tuned PPO against
-#   DPO, §4.5.)
+#   DPO, §4.4 and §4.5.)
+# - *Reward Model Ensembles Help Mitigate Overoptimization.* Coste, T., Anwar, U., Kirk, R.,
+#   Krueger, D. (2023). ICLR 2024. arXiv:2310.02743. (§4.3, §6 Q6.)
+# - *Helping or Herding? Reward Model Ensembles Mitigate but do not Eliminate Reward Hacking.*
+#   Eisenstein, J., et al. (2023). arXiv:2312.09244. (§4.3, §6 Q6.)
+# - *Theoretical Guarantees on the Best-of-n Alignment Policy.* Beirami, A., et al. (2024).
+#   arXiv:2401.01879. (The best-of-$N$ KL bound, §4.4 and §6 Q5.)

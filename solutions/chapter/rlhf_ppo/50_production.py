@@ -268,7 +268,9 @@ rows = ["| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.pp
         "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
         "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
         "|---|---|---|---|---|---|"]  # fmt: skip
-for (name, (trl, openrlhf, verl, dschat)), ours in zip(library_defaults.items(), chapter, strict=True):
+for (name, (trl, openrlhf, verl, dschat)), ours in zip(
+    library_defaults.items(), chapter, strict=True
+):
     rows.append(f"| {name} | {trl} | {openrlhf} | {verl} | {dschat} | {ours} |")
 display(Markdown("\n".join(rows)))
 

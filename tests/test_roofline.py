@@ -112,3 +112,58 @@ def test_predict_step_and_fit_latency_recover_synthetic_latencies():
     assert sum(shares(sec).values()) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="more new tokens"):
         fit_latency(s, m, fake_split(16), fake_split(4), 4, True)
+
+
+# ---------------------------------------------------------------- §4.2's words follow its numbers
+
+
+def test_times_phrase_never_calls_a_ratio_below_one_faster():
+    from mlbook.posttrain.systems import times_phrase
+
+    assert times_phrase(2.34) == "2.3x faster"
+    assert times_phrase(1.0) == "1.0x faster"
+    assert times_phrase(0.8) == "1.2x slower"  # 1 / 0.8 = 1.25
+    assert times_phrase(0.5, "faster", "slower") == "2.0x slower"
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            times_phrase(bad)
+
+
+def test_share_verdict_follows_the_printed_ratios():
+    from mlbook.posttrain.systems import share_verdict
+
+    # the two runs the referee read: 0.45-0.50 on one machine, 0.50 / 1.74 / 1.12 on another
+    assert share_verdict([0.45, 0.50]).startswith("under-predicts")
+    assert share_verdict([0.50, 1.74, 1.12]).startswith("is off in both directions")
+    assert share_verdict([1.3, 1.74]).startswith("over-predicts")
+    assert share_verdict([0.9, 1.1, 1.2]).startswith("matches")
+    assert "over" not in share_verdict([0.45, 0.50])
+    with pytest.raises(ValueError):
+        share_verdict([])
+
+
+def test_section_4_2_prose_states_no_direction_the_cells_do_not_print():
+    """The §4.2 prose may not fix which way the roofline misses, nor call a speed-up faster:
+    those words come from `share_verdict` and `times_phrase`, which read the printed ratios."""
+    import pathlib
+    import re
+
+    src = pathlib.Path(__file__).parents[1] / "solutions/chapter/rlhf_ppo/40_systems.py"
+    text = src.read_text()
+    section = text[text.index("### 4.2 Time") : text.index("### 4.3 Failure modes")]
+    prose = "\n".join(
+        line[2:] for line in section.splitlines() if line.startswith("# ") and "%%" not in line
+    ).lower()
+    prose = re.sub(r"\s+", " ", prose)
+    for claim in ("over-predict", "under-predict", "overestimat", "underestimat", "too high",
+                  "too low", "furthest off", "comes out high", "comes out low"):  # fmt: skip
+        assert claim not in prose, (
+            f"§4.2 prose fixes a direction the measurement may not show: {claim!r}"
+        )
+    code = "\n".join(line for line in section.splitlines() if not line.startswith("#"))
+    assert not re.search(r"x faster|x slower", code), "print speed ratios with times_phrase"
+    assert "times_phrase(" in code and "share_verdict(" in code
+    # the calibration is a warm-up and a median of at least three
+    calib = code[code.index("calibrate_latency(") :]
+    calib = calib[: calib.index(")")]
+    assert re.search(r"repeats=([3-9]|\d\d)", calib) and re.search(r"warmup=[1-9]", calib)

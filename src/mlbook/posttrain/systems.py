@@ -12,6 +12,7 @@ activations or KV caches, and uses decimal units (1 GB = 1e9 bytes).
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -474,8 +475,35 @@ def predicted_split(
     )
 
 
-def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
-    """Measured (and predicted) generation share and step time per response length and sampler."""
+def format_sweep(
+    rows: list[dict], predicted: list[dict] | None = None, markdown: bool = False
+) -> str:
+    """Measured (and predicted) generation share and step time per response length and sampler;
+    ``markdown=True``: the same columns as a Markdown table (the notebook renders it)."""
+    if markdown:
+        cols = ["batch", "new tokens", "sampler", "gen ms", "step ms", "gen share"]
+        if predicted is not None:
+            cols += ["predicted share", "pred / meas", "predicted step ms"]
+        out = ["| " + " | ".join(cols) + " |", "|" + "---:|" * len(cols)]
+        for i, r in enumerate(rows):
+            cells = [
+                str(r["batch"]),
+                str(r["new_tokens"]),
+                r["sampler"],
+                f"{1e3 * r['seconds']['generation']:.1f}",
+                f"{1e3 * r['total_s']:.1f}",
+                f"{r['fractions']['generation']:.1%}",
+            ]
+            if predicted is not None:
+                p = predicted[i]
+                ratio = p["fractions"]["generation"] / r["fractions"]["generation"]
+                cells += [
+                    f"{p['fractions']['generation']:.1%}",
+                    f"{ratio:.2f}",
+                    f"{1e3 * p['total_s']:.1f}",
+                ]
+            out.append("| " + " | ".join(cells) + " |")
+        return "\n".join(out)
     head = f"{'batch':>5} {'new tokens':>10} {'sampler':>7} {'gen ms':>8} {'step ms':>8}"
     head += f" {'gen share':>9}"
     if predicted is not None:
@@ -495,3 +523,30 @@ def format_sweep(rows: list[dict], predicted: list[dict] | None = None) -> str:
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+def times_phrase(ratio: float, faster: str = "faster", slower: str = "slower") -> str:
+    """A speed ratio in words that cannot contradict its number: ``2.3x faster`` for a ratio of at
+    least 1, ``1.4x slower`` (the inverse) below 1. A measured "speed-up" of 0.8 is 1.25x slower."""
+    if not ratio > 0 or not math.isfinite(ratio):
+        raise ValueError(f"a speed ratio must be a positive finite number, got {ratio}")
+    return f"{ratio:.1f}x {faster}" if ratio >= 1 else f"{1 / ratio:.1f}x {slower}"
+
+
+def share_verdict(ratios: list[float], tolerance: float = 0.2) -> str:
+    """What predicted / measured ratios of a share say, in words, for a sentence "the model ...".
+
+    All within ``1 +- tolerance``: it matches; all above: it over-predicts; all below: it
+    under-predicts; otherwise it does neither consistently. Prose built from this cannot say
+    "over" when the printed ratios are below 1.
+    """
+    if not ratios or not all(r > 0 and math.isfinite(r) for r in ratios):
+        raise ValueError(f"need positive finite ratios, got {ratios}")
+    lo, hi = min(ratios), max(ratios)
+    if 1 - tolerance <= lo and hi <= 1 + tolerance:
+        return f"matches the measurement to within {tolerance:.0%}"
+    if lo > 1:
+        return f"over-predicts it ({lo:.2f} to {hi:.2f} times the measured share)"
+    if hi < 1:
+        return f"under-predicts it ({lo:.2f} to {hi:.2f} times the measured share)"
+    return f"is off in both directions ({lo:.2f} to {hi:.2f} times the measured share)"

@@ -1,6 +1,7 @@
 """§4.5: RLOO and GRPO advantages against loops, the critic's measured memory, and the cached
 three-arm sweep (fingerprint, float64 replay, and the claims the prose makes)."""
 
+import math
 import statistics
 
 import nbformat
@@ -119,28 +120,57 @@ def test_cache_replays_in_float64(results):
 
 def test_claims_of_the_prose(results):
     s = cf.summarise(results)
-    objectives = [v["objective"] for v in s.values()]
+    ppo = ("gae", "rloo", "grpo")  # the arms that share PPO's update
+    objectives = [s[a]["objective"] for a in ppo]
     assert max(objectives) - min(objectives) < 0.05  # a tie at the end ...
-    spread = min(v["objective_max"] - v["objective_min"] for v in s.values())
+    spread = min(s[a]["objective_max"] - s[a]["objective_min"] for a in ppo)
     assert max(objectives) - min(objectives) < spread  # ... within the spread over seeds
-    assert s["gae"]["early"] > max(
-        s["rloo"]["early"], s["grpo"]["early"]
-    )  # GAE a little ahead on average
-    early = {a: [statistics.fmean(r["reward"][:10]) for r in results["runs"][a]] for a in cf.ARMS}
-    assert any(
-        g < max(o) for g, *o in zip(early["gae"], early["rloo"], early["grpo"], strict=True)
-    )  # not on every seed
+    early = {a: [statistics.fmean(r["reward"][:10]) for r in results["runs"][a]] for a in ppo}
+    for a in ppo:  # "none is ahead over the first ten steps on every seed"
+        others = [b for b in ppo if b != a]
+        assert not all(
+            mine > max(early[b][i] for b in others) for i, mine in enumerate(early[a])
+        ), a
+    pub, dr = s["grpo_published"], s["dr_grpo"]
+    assert pub["reward"] < min(s[a]["reward"] for a in ppo) - 1  # "less reward"
+    assert 0.35 < pub["kl"] / s["gae"]["kl"] < 0.65  # "at about half the KL"
+    assert pub["objective"] < min(objectives) - 0.1  # "a lower value of the regularised objective"
+    assert (
+        abs(dr["objective"] - statistics.fmean(objectives)) < 0.1
+    )  # "close to the PPO-update arms"
+    for a in cf.ARMS:  # "every arm's responses grow towards the 8-token maximum"
+        assert s[a]["length"] > s[a]["length_early"] and s[a]["length"] > 7.5
+    assert pub["length"] <= max(s[a]["length"] for a in ppo)  # "does not lengthen them further"
     for seed in range(len(cf.SWEEP.seeds)):  # every seed: a critic-free run is faster
         gae = results["runs"]["gae"][seed]["seconds"]
         assert all(results["runs"][a][seed]["seconds"] < gae for a in ("rloo", "grpo"))
-    assert (
-        s["gae"]["critic_bytes"] > 0 and s["rloo"]["critic_bytes"] == s["grpo"]["critic_bytes"] == 0
-    )
+    assert s["gae"]["critic_bytes"] > 0
+    assert all(s[a]["critic_bytes"] == 0 for a in cf.ARMS if a != "gae")
     mean_curve = [
         statistics.fmean(c)
         for c in zip(*(r["reward"] for r in results["runs"]["gae"]), strict=True)
     ]
     assert mean_curve[0] < 0.6 and 4.5 < mean_curve[14] < 5.5  # the figure's alt text
+    pub_curve = [statistics.fmean(r["reward"][-10:]) for r in results["runs"]["grpo_published"]]
+    assert 3.0 < statistics.fmean(pub_curve) < 3.6  # "rises more slowly to about 3.3"
+
+
+def test_published_objectives_by_hand():
+    """GRPO's per-response mean gives a long response's tokens less weight; Dr. GRPO's constant
+    normaliser weights every token alike; k3 is zero at the reference and positive elsewhere."""
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])  # lengths 1 and 3
+    logp = torch.zeros(2, 3, requires_grad=True)  # ratio 1, pi = pi_ref
+    adv = torch.tensor([1.0, 1.0])
+    loss = cf.published_grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 0.3, 0.2)
+    assert float(loss) == pytest.approx(-1.0)  # mean over responses of (mean over tokens of -A)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert torch.allclose(grad * mask, torch.tensor([[-0.5, 0, 0], [-1 / 6, -1 / 6, -1 / 6]]))
+    dr = cf.published_grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 0.3, 0.2, budget=8)
+    (grad,) = torch.autograd.grad(dr, logp)
+    assert float(dr) == pytest.approx(-4 / 8) and torch.allclose(grad, -mask / 8)
+    ref = torch.full((2, 3), -0.5)  # pi_ref below pi: k3 = e^-0.5 + 0.5 - 1 per token
+    kl = cf.published_grpo_loss(logp, logp.detach(), ref, torch.zeros(2), mask, 1.0, 0.2)
+    assert float(kl) == pytest.approx(math.exp(-0.5) - 0.5)
 
 
 def test_prose_setting_matches_the_sweep():

@@ -70,12 +70,80 @@ def test_every_markdown_table_renders(page):
         )
 
 
+def _markdown_tables(path: pathlib.Path) -> int:
+    """Tables written in the notebook's markdown: lines like |---|---| (one per table)."""
+    nb = nbformat.read(path, as_version=4)
+    sep = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
+    return sum(
+        1
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if sep.match(line)
+    )
+
+
 def test_tables_are_there(page):
+    """Every markdown table of each notebook renders as an HTML table (appendix included)."""
     path, soup = page
+    written = _markdown_tables(path)
+    rendered = len(soup.select(".jp-MarkdownCell table"))
+    assert rendered == written, (path.stem, rendered, written)
     if path.stem == "rlhf_ppo":
-        assert (
-            len(soup.select(".jp-MarkdownCell table")) >= 4
-        )  # overview, failure modes, methods, production
+        assert written >= 4  # overview, failure modes, methods, production
+
+
+def test_table_of_contents_links_every_heading(page):
+    path, soup = page
+    nav = soup.select_one("nav.mlbook-toc")
+    assert nav is not None, "the reading form has no table of contents"
+    links = nav.select("a[href^='#']")
+    headings = soup.select(".jp-MarkdownCell h2, .jp-MarkdownCell h3")
+    ids = {h.get("id") for h in headings}
+    assert len(links) == len(headings) > 3, (len(links), len(headings))
+    missing = [a["href"] for a in links if a["href"][1:] not in ids]
+    assert not missing, f"table-of-contents links that reach no heading: {missing[:3]}"
+    assert "How to work through it" not in nav.get_text()
+
+
+def test_download_link():
+    nb = nbformat.read(SOLVED[-1], as_version=4)
+    html, _ = exporter().from_notebook_node(nb, resources={"metadata": {"name": "rlhf_ppo"}})
+    soup = BeautifulSoup(html, "html.parser")
+    link = soup.select_one("p.mlbook-download a[download]")
+    assert link is not None and link["href"] == "executed/rlhf_ppo.ipynb"
+    assert "executed" in _html_target() and "--output-dir $(OUT)/executed" in _html_target()
+
+
+def test_long_helpers_are_collapsed(page):
+    """Long included helpers (plot_*, summarise, ...) are folded into <details>; short cells are not."""
+    path, soup = page
+    folded = soup.select("details.mlbook-helper")
+    for d in folded:
+        code = d.get_text()
+        assert "def " in code or "class " in code
+    if path.stem == "rlhf_ppo":
+        text = "\n".join(d.get_text() for d in folded)
+        for name in (
+            "def plot_overoptimisation",
+            "def summarise",
+            "def plot_arms",
+            "def train_ppo",
+        ):
+            assert name in text, f"{name} is not collapsed"
+        first_code = soup.select(".jp-CodeCell")[0]
+        assert first_code.find_parent("details") is None and not first_code.select("details")
+
+
+def test_no_printed_block_longer_than_eight_lines(page):
+    """The reading form shows figures and tables, not walls of printed numbers."""
+    path, _ = page
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                lines = out["text"].rstrip("\n").count("\n") + 1
+                assert lines <= 8, (path.stem, cell.source.splitlines()[:2], lines)
 
 
 def test_no_hidden_test_code_in_the_reading_form(page):

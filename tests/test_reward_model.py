@@ -2,6 +2,7 @@
 cached over-optimisation runs (fingerprint, float64 replay, and every claim the prose makes)."""
 
 import math
+import statistics
 
 import nbformat
 import ppo_checks
@@ -215,3 +216,41 @@ def test_prose_quotes_the_config():
     assert f"{cfg.norm_samples:,} fresh samples" in text
     assert "three seeds" in text and len(cfg.seeds) == 3 and len(cfg.betas) == 3
     assert rm.GOLD_PEAK == 2 and rm.GOLD_SLOPE_PAST_PEAK == 0.5  # "up to two", "half a point"
+
+
+def test_gold_in_the_proxys_unit_and_at_equal_kl(results):
+    """§3.8: gold normalised like the proxy starts near 0; at equal sqrt(KL) the betas agree (the
+    KL fee changes where a run stops, not the gold it gets for a given KL: Gao et al.)."""
+    s = rm.summarise(results)
+    for beta in results["runs"]:
+        assert abs(s[beta]["gold_start_z"]) < 0.5 and abs(s[beta]["proxy_start"]) < 0.5
+    for r in results["rms"].values():
+        assert r["gold_std"] > 0
+    equal = rm.gold_at_equal_kl(results)
+    common = [
+        d for d in next(iter(equal.values())) if all(row[d] is not None for row in equal.values())
+    ]
+    assert len(common) >= 4  # "where all three betas get there"
+    spread = max(
+        max(row[d] for row in equal.values()) - min(row[d] for row in equal.values())
+        for d in common
+    )
+    low, high = str(min(rm.RM_RUN.betas)), str(max(rm.RM_RUN.betas))
+    travel = s[low]["kl_final"] / s[high]["kl_final"]
+    assert spread < 0.35 and travel > 2  # "differ by little", "differ a lot in how far they travel"
+
+
+def test_monotone_gold_control(results):
+    """The control: same PPO, same smallest beta, a reward model fitted on monotone-gold labels:
+    gold climbs with the proxy the whole way, the policy travels as far in KL."""
+    assert results["config"]["control_beta"] == rm.RM_RUN.control_beta == min(rm.RM_RUN.betas)
+    s = rm.summarise(results)
+    c, low = s["control"], s[str(min(rm.RM_RUN.betas))]
+    assert c["gold_final_z"] > c["gold_start_z"] + 1.0 and c["proxy_final"] > c["proxy_start"] + 1.0
+    assert low["gold_final_z"] < low["gold_start_z"]  # the peaked gold falls below its start
+    assert c["kl_final"] > 0.5 * low["kl_final"]  # "just as far in KL"
+    for r in results["control"]:
+        z = rm.gold_z(results, r, control=True)
+        assert float(torch.corrcoef(torch.tensor([z, r["proxy"]]))[0, 1]) > 0.9
+        assert statistics.fmean(z[-5:]) >= max(z) - 0.5  # no peak-and-fall
+    assert torch.equal(rm.monotone_gold(*_row("good good good cat <|end|>")), torch.tensor([3.0]))

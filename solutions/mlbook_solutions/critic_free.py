@@ -1,22 +1,32 @@
-"""Critic-free advantages (RLOO, GRPO) next to GAE, on the toy, with the same samples and KL.
+"""Critic-free advantages next to GAE, on the toy, with the same number of samples per step.
 
-    python -m mlbook_solutions.critic_free --refresh   # rerun the three arms, rewrite the cache
+    python -m mlbook_solutions.critic_free --refresh   # rerun the five arms, rewrite the cache
     python -m mlbook_solutions.critic_free             # print the table of the cached runs
 
-Every arm samples 64 responses per step and pays the same per-token KL fee (fixed beta, in the
-reward); every arm updates the policy with the same clipped surrogate (``ppo_clip_loss``, same
-epochs, same clip). Only the advantage differs:
+Every arm samples 64 responses per step. The first three pay the same per-token KL fee (fixed
+beta, in the reward) and update with the same clipped surrogate (``ppo_clip_loss``: same epochs,
+same clip, a token mean over the batch, advantages whitened over the batch's response tokens).
+Only the advantage differs:
 
-- ``gae``: the chapter's PPO, a learned critic V(s_t) and GAE over the response, whitened;
-- ``rloo``: k samples per prompt, the sequence's return minus the mean return of the other k - 1
-  (Ahmadian et al., 2024), the same value on every token of the response;
-- ``grpo``: k samples per prompt, the return minus the group mean divided by the group's std
-  (Shao et al., 2024), on every token.
+- ``gae``: the chapter's PPO, a learned critic V(s_t) and GAE over the response;
+- ``rloo``: PPO's update with RLOO's advantage, the sequence's return minus the mean return of the
+  other k - 1 (Ahmadian et al., 2024), on every token. Not Ahmadian et al.'s algorithm, which is a
+  single REINFORCE step per batch with no clip;
+- ``grpo``: PPO's update with GRPO's group-normalised advantage, (R - group mean) / group std
+  (Shao et al., 2024), on every token, the KL still in the reward.
 
-GRPO as published puts the KL in the loss (a k3 term) instead of the reward; here it stays in the
-reward for all three arms, so that only the advantage estimator changes. The sweep (3 arms x 3
-seeds) takes about a minute, so the notebook reads it from the library's cached results
-(``mlbook.posttrain.cached``), built like the exercises' cache (code fingerprint, float64 replay).
+Two more arms follow the published objectives instead:
+
+- ``grpo_published``: GRPO as DeepSeekMath writes it: the group-normalised advantage of the score
+  alone, the k3 KL to the reference in the loss (coefficient beta), each response's token terms
+  averaged within the response and then over responses (which is where its length bias lives);
+- ``dr_grpo``: Dr. GRPO (Liu et al., 2025): the same without the two terms it removes, the
+  division by the group's std and by the response's length (token terms summed and divided by a
+  constant, batch size x the longest allowed response).
+
+The sweep (5 arms x 3 seeds) takes about half a minute, so the notebook reads it from the
+library's cached results (``mlbook.posttrain.cached``), built like the exercises' cache (code
+fingerprint, float64 replay).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ import torch
 import torch.nn as nn
 
 from mlbook.posttrain.cached import results_path
-from mlbook.posttrain.masks import validate_mask
+from mlbook.posttrain.masks import masked_whiten, validate_mask
 from mlbook.posttrain.toy_lm import (
     END_ID,
     build_models,
@@ -131,10 +141,11 @@ def critic_free_update(
     max_grad_norm: float,
 ) -> float:
     """``epochs`` full-batch steps of the clipped surrogate with a per-sequence advantage on every
-    response token. Returns the last epoch's clip fraction."""
+    response token, whitened over the batch's response tokens as the GAE arm's are. Returns the
+    last epoch's clip fraction."""
     m = roll["mask"]  # (B, T-1)
     adv = ESTIMATORS[estimator](sequence_returns(scores, roll, beta), k)  # (B,)
-    adv = adv.unsqueeze(1) * m  # (B, T-1) the same advantage on every response token
+    adv = masked_whiten(adv.unsqueeze(1) * m, m)  # (B, T-1) one advantage per response, whitened
     params = [p for g in opt.param_groups for p in g["params"]]
     for _ in range(epochs):
         logp_new = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * m  # (B, T-1)
@@ -144,6 +155,63 @@ def critic_free_update(
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         opt.step()
     return clip_frac
+
+
+def published_grpo_loss(
+    logp_new: torch.Tensor,  # (B, T-1)
+    logp_old: torch.Tensor,  # (B, T-1)
+    logp_ref: torch.Tensor,  # (B, T-1)
+    adv: torch.Tensor,  # (B,) one advantage per response
+    mask: torch.Tensor,  # (B, T-1)
+    kl_coef: float,
+    clip_eps: float,
+    budget: int | None = None,
+) -> torch.Tensor:
+    """GRPO's loss as published (``budget=None``): per token the clipped surrogate plus
+    ``kl_coef`` times k3 to the reference (``exp(d) - d - 1``, ``d = log pi_ref - log pi``),
+    averaged within each response, then over responses. Dr. GRPO's (``budget`` = B x the longest
+    allowed response): the same token terms summed and divided by that constant."""
+    a = adv.unsqueeze(1).to(logp_new.dtype) * mask  # (B, T-1)
+    ratio = torch.exp((logp_new - logp_old) * mask)  # (B, T-1)
+    surrogate = -torch.min(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    d = (logp_ref - logp_new) * mask  # (B, T-1)
+    per_token = (surrogate + kl_coef * (torch.exp(d) - d - 1)) * mask  # (B, T-1)
+    if budget is not None:
+        return per_token.sum() / budget
+    return (per_token.sum(1) / mask.sum(1).clamp(min=1)).mean()
+
+
+def published_grpo_update(
+    policy: nn.Module,
+    opt: torch.optim.Optimizer,
+    roll: dict,
+    scores: torch.Tensor,  # (B,)
+    kl_coef: float,
+    k: int,
+    epochs: int,
+    clip_eps: float,
+    max_grad_norm: float,
+    max_new_tokens: int,
+    dr: bool = False,
+) -> None:
+    """``epochs`` full-batch steps of GRPO's published objective (``dr=False``: group-normalised
+    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser)."""
+    m = roll["mask"]  # (B, T-1)
+    if dr:  # no division by the group's std
+        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
+    else:
+        adv = grpo_advantages(scores, k)  # (B,)
+    budget = m.shape[0] * max_new_tokens if dr else None  # B x the longest allowed response
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for _ in range(epochs):
+        logp_new = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * m  # (B, T-1)
+        loss = published_grpo_loss(
+            logp_new, roll["logp_old"], roll["logp_ref"], adv, m, kl_coef, clip_eps, budget
+        )
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        opt.step()
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -178,34 +246,52 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
             policy, ref, critic, prompts, good_count_reward, END_ID, run, generator=gen
         )
         reward, kl = [h.reward for h in history], [h.kl for h in history]
+        length = [h.response_len for h in history]
         critic_bytes, state_bytes = critic_memory(critic, prompts)
     else:
         policy, ref, _, prompts, gen = build_models(seed, cfg.prompts)
         prompts = prompts.repeat_interleave(cfg.k, dim=0)  # (prompts * k, P): groups of k rows
         opt = torch.optim.Adam(policy.parameters(), lr=run.lr)
-        reward, kl = [], []
+        reward, kl, length = [], [], []
         for _ in range(steps):
             roll = collect_rollouts(
                 policy, ref, NoCritic(), prompts, run.max_new_tokens, END_ID, gen
             )
-            scores = good_count_reward(roll["tokens"], roll["response_mask"]).float()  # (B,)
+            scores = good_count_reward(roll["tokens"], roll["response_mask"]).to(
+                roll["logp_old"].dtype
+            )  # (B,)
             reward.append(float(scores.mean()))
             kl.append(sequence_kl(roll))
-            critic_free_update(policy, opt, roll, scores, run.beta, cfg.k, arm, run.ppo_epochs,
-                               run.clip_eps, run.max_grad_norm)  # fmt: skip
+            length.append(float(roll["response_mask"].sum(1).mean()))
+            if arm in ("grpo_published", "dr_grpo"):
+                published_grpo_update(
+                    policy, opt, roll, scores, run.beta, cfg.k, run.ppo_epochs, run.clip_eps,
+                    run.max_grad_norm, run.max_new_tokens, dr=arm == "dr_grpo",
+                )  # fmt: skip
+            else:
+                critic_free_update(policy, opt, roll, scores, run.beta, cfg.k, arm,
+                                   run.ppo_epochs, run.clip_eps, run.max_grad_norm)  # fmt: skip
         critic_bytes = state_bytes = 0
     return dict(
         arm=arm,
         seed=seed,
         reward=reward,
         kl=kl,
+        length=length,
         seconds=time.perf_counter() - t0,
         critic_bytes=critic_bytes,
         critic_state_bytes=state_bytes,
     )
 
 
-ARMS = ("gae", "rloo", "grpo")
+ARMS = ("gae", "rloo", "grpo", "grpo_published", "dr_grpo")
+LABELS = {
+    "gae": "PPO: critic + GAE",
+    "rloo": "PPO-clip, RLOO advantage",
+    "grpo": "PPO-clip, group-normalised advantage",
+    "grpo_published": "GRPO as published",
+    "dr_grpo": "Dr. GRPO",
+}
 FINGERPRINT_MODULES = (
     "mlbook.posttrain.toy_lm",
     "mlbook.posttrain.masks",
@@ -224,7 +310,7 @@ def replay64() -> dict:
     """The first ``REPLAY["steps"]`` steps of seed 0 of every arm, in float64 (no timings)."""
     with default_dtype(torch.float64):
         runs = {a: run_arm(a, REPLAY["seed"], steps=REPLAY["steps"]) for a in ARMS}
-    return {a: dict(reward=r["reward"], kl=r["kl"]) for a, r in runs.items()}
+    return {a: dict(reward=r["reward"], kl=r["kl"], length=r["length"]) for a, r in runs.items()}
 
 
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
@@ -272,6 +358,8 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
             kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
             objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
             seconds=statistics.fmean(r["seconds"] for r in runs),
+            length=statistics.fmean(statistics.fmean(r["length"][-last:]) for r in runs),
+            length_early=statistics.fmean(statistics.fmean(r["length"][:first]) for r in runs),
             critic_bytes=runs[0]["critic_bytes"],
             critic_train_bytes=runs[0]["critic_state_bytes"],
         )  # fmt: skip
@@ -281,17 +369,18 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
 def format_table(summary: dict, beta: float) -> str:
     """A Markdown table, one row per arm; ranges are min-max over seeds."""
     lines = [
-        f"| advantage | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
-        "| reward std, last 20 steps | s per run | critic weights | critic grads + Adam |",
+        f"| arm | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
+        "| response length, steps 1-10 / last 10 | s per run | critic weights "
+        "| critic grads + Adam |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, s in summary.items():
         lines.append(
-            f"| {arm.upper()} | {s['early']:.2f} "
+            f"| {LABELS[arm]} | {s['early']:.2f} "
             f"| {s['reward']:.2f} ({s['reward_min']:.2f}-{s['reward_max']:.2f}) "
             f"| {s['kl']:.2f} ({s['kl_min']:.2f}-{s['kl_max']:.2f}) "
             f"| {s['objective']:.2f} ({s['objective_min']:.2f}-{s['objective_max']:.2f}) "
-            f"| {s['wobble']:.2f} "
+            f"| {s['length_early']:.2f} / {s['length']:.2f} "
             f"| {s['seconds']:.1f} | {s['critic_bytes'] / 1e3:.0f} kB "
             f"| {s['critic_train_bytes'] / 1e3:.0f} kB |"
         )
@@ -302,10 +391,10 @@ def plot_arms(results: dict):
     """Reward and KL per step, mean over seeds with a min-max band, one colour per arm."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-    for arm, color in zip(ARMS, ("C0", "C3", "C2"), strict=True):
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C4"), strict=True):
         runs = results["runs"][arm]
-        for ax, field in zip(axes, ("reward", "kl"), strict=True):
+        for ax, field in zip(axes, ("reward", "kl", "length"), strict=True):
             data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
             steps = range(1, data.shape[1] + 1)
             ax.plot(
@@ -313,17 +402,18 @@ def plot_arms(results: dict):
                 data.mean(0),
                 color=color,
                 lw=1.5,
-                label=f"{arm.upper()} ({data.shape[0]} seeds)",
+                label=LABELS[arm],
             )
             ax.fill_between(
                 steps, data.min(0).values, data.max(0).values, color=color, alpha=0.2, lw=0
             )
     axes[0].set_title("mean reward (good tokens)", fontsize=10)
     axes[1].set_title("KL to the reference (per sequence)", fontsize=10)
+    axes[2].set_title("mean response length (tokens)", fontsize=10)
     for ax in axes:
         ax.set_xlabel("step (64 samples each)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 

@@ -41,6 +41,7 @@ from mlbook.posttrain.toy_lm import (
     TinyTransformer,
     build_models,
     default_dtype,
+    good_count_reward,
     make_prompts,
     sample,
 )
@@ -74,6 +75,9 @@ def gold_reward(tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return torch.clamp(g, max=GOLD_PEAK) - GOLD_SLOPE_PAST_PEAK * torch.clamp(g - GOLD_PEAK, min=0)
 
 
+monotone_gold = good_count_reward  # the control: §3.6's count, where more praise is always better
+
+
 # ------------------------------------------------------------------------- preference pairs
 
 
@@ -96,9 +100,14 @@ def _padded(samples, length: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def preference_pairs(
-    model: nn.Module, n: int, max_new_tokens: int, generator: torch.Generator, noise: bool = True
+    model: nn.Module,
+    n: int,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    noise: bool = True,
+    gold=gold_reward,
 ) -> Pairs:
-    """``n`` pairs: two responses of ``model`` per prompt, labelled by :func:`gold_reward`.
+    """``n`` pairs: two responses of ``model`` per prompt, labelled by ``gold``.
 
     With ``noise`` the first response is preferred with probability ``sigmoid(gold_a - gold_b)``
     (the Bradley-Terry model of a rater: ties are coin flips, a margin of 1 is right 73 % of the
@@ -108,7 +117,7 @@ def preference_pairs(
     length = prompts.shape[1] + max_new_tokens
     a = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
     b = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
-    margin = gold_reward(*a) - gold_reward(*b)  # (N,)
+    margin = gold(*a) - gold(*b)  # (N,)
     p_a = torch.sigmoid(margin) if noise else (margin > 0).float() + 0.5 * (margin == 0).float()
     a_wins = torch.rand(n, generator=generator) < p_a  # (N,)
     pick = a_wins.unsqueeze(1)  # (N, 1)
@@ -206,6 +215,8 @@ class RMConfig:
     """PPO steps per run."""
     batch: int = 64
     """Prompts per PPO step."""
+    control_beta: float = 0.01
+    """Beta of the control runs (monotone gold, one RM per seed): the most pressure."""
 
 
 RM_RUN = RMConfig()
@@ -223,6 +234,8 @@ class TrainedRM:
     heldout_loss: float
     heldout_accuracy: float  # agreement with the noisy held-out labels
     gold_accuracy: float  # agreement with the noiseless gold order, pairs with different gold
+    gold_mean: float  # gold's mean and std on the samples the gain and bias were fitted on: gold in
+    gold_std: float  # the proxy's units is (gold - gold_mean) / gold_std
 
     def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
         """The normalised reward ``gain * r_phi + bias`` (no gradient): a ``reward_fn``."""
@@ -230,15 +243,16 @@ class TrainedRM:
             return self.gain * self.model(tokens, response_mask) + self.bias
 
 
-def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
-    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it.
-    ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps definitions only)."""
+def train_reward_model(seed: int, cfg: RMConfig | None = None, gold=gold_reward) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, labelled by ``gold``, fit
+    the RM, normalise it. ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps
+    definitions only)."""
     cfg = RM_RUN if cfg is None else cfg
     policy = build_models(seed).policy  # a copy of the reference: the initial policy
     gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
     n_new = CHAPTER_RUN.max_new_tokens
-    train = preference_pairs(policy, cfg.train_pairs, n_new, gen)
-    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen)
+    train = preference_pairs(policy, cfg.train_pairs, n_new, gen, gold=gold)
+    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen, gold=gold)
     torch.manual_seed(seed)
     rm = TinyRewardModel.from_lm(policy)
     opt = torch.optim.Adam(rm.parameters(), lr=cfg.rm_lr)
@@ -263,6 +277,8 @@ def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
         raw = rm(norm.tokens, norm.response_mask)  # (norm_samples,)
         gain = 1.0 / float(raw.std())
         bias = -gain * float(raw.mean())
+        gold_norm = gold(norm.tokens, norm.response_mask)  # (norm_samples,) same samples
+
     return TrainedRM(
         rm.requires_grad_(False),
         gain,
@@ -271,25 +287,29 @@ def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
         float(pairwise_loss(r_c, r_r)),
         float((r_c > r_r).float().mean()),
         gold_acc,
+        float(gold_norm.mean()),
+        float(gold_norm.std()),
     )
 
 
 class GoldLogger:
     """A ``reward_fn``: returns the proxy's scores, logs the gold score of the same samples."""
 
-    def __init__(self, proxy) -> None:
-        self.proxy, self.gold, self.length = proxy, [], []
+    def __init__(self, proxy, gold=gold_reward) -> None:
+        self.proxy, self.gold_fn, self.gold = proxy, gold, []
 
     def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-        self.gold.append(float(gold_reward(tokens, response_mask).mean()))
+        self.gold.append(float(self.gold_fn(tokens, response_mask).mean()))
         return self.proxy(tokens, response_mask)
 
 
-def overoptimisation_run(seed: int, beta: float, rm: TrainedRM, steps: int, batch: int) -> dict:
-    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold,
-    KL and response length."""
+def overoptimisation_run(
+    seed: int, beta: float, rm: TrainedRM, steps: int, batch: int, gold=gold_reward
+) -> dict:
+    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold
+    (``gold`` of the same samples), KL and response length."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    logger = GoldLogger(rm)
+    logger = GoldLogger(rm, gold)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=beta, kl_target=None)
     history = train_ppo(policy, ref, critic, prompts, logger, END_ID, cfg, generator=gen)
     return dict(
@@ -327,6 +347,8 @@ def _rm_summary(rm: TrainedRM) -> dict:
         gold_accuracy=rm.gold_accuracy,
         gain=rm.gain,
         bias=rm.bias,
+        gold_mean=rm.gold_mean,
+        gold_std=rm.gold_std,
     )
 
 
@@ -342,13 +364,18 @@ def replay64() -> dict:
         run = overoptimisation_run(
             REPLAY["seed"], REPLAY["beta"], rm, REPLAY["ppo_steps"], cfg.batch
         )
-    return dict(rm=_rm_summary(rm), run=run)
+        rm_c = train_reward_model(REPLAY["seed"], cfg, gold=monotone_gold)
+        control = overoptimisation_run(
+            REPLAY["seed"], REPLAY["beta"], rm_c, REPLAY["ppo_steps"], cfg.batch, monotone_gold
+        )
+    return dict(rm=_rm_summary(rm), run=run, control_rm=_rm_summary(rm_c), control=control)
 
 
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
     """Train every RM, run PPO against each at every beta, replay in float64; write the cache."""
     t0 = time.perf_counter()
     rms, runs = {}, {str(b): [] for b in RM_RUN.betas}
+    control_rms, control = {}, []
     for seed in RM_RUN.seeds:
         rm = train_reward_model(seed)
         rms[str(seed)] = _rm_summary(rm)
@@ -356,6 +383,14 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
             runs[str(beta)].append(
                 overoptimisation_run(seed, beta, rm, RM_RUN.ppo_steps, RM_RUN.batch)
             )
+        # the control: raters who follow the monotone count, PPO at the smallest beta
+        rm_c = train_reward_model(seed, gold=monotone_gold)
+        control_rms[str(seed)] = _rm_summary(rm_c)
+        control.append(
+            overoptimisation_run(
+                seed, RM_RUN.control_beta, rm_c, RM_RUN.ppo_steps, RM_RUN.batch, monotone_gold
+            )
+        )
     results = dict(
         torch=torch.__version__,
         fingerprint=fingerprint(),
@@ -366,6 +401,8 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
         seconds=round(time.perf_counter() - t0, 1),
         rms=rms,
         runs=runs,
+        control_rms=control_rms,
+        control=control,
         replay64=replay64(),
     )
     path.write_text(json.dumps(results, indent=1) + "\n")
@@ -379,19 +416,33 @@ def load_results(path: pathlib.Path = RESULTS_PATH) -> dict:
     return json.loads(path.read_text())
 
 
+def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
+    """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
+    samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
+    rm = results["control_rms" if control else "rms"][str(run["seed"])]
+    return [(g - rm["gold_mean"]) / rm["gold_std"] for g in run["gold"]]
+
+
 def summarise(results: dict) -> dict:
-    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL."""
+    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL;
+    ``control``: the same for the monotone-gold runs. ``*_z``: gold in the proxy's units."""
     out = {}
-    for beta, runs in results["runs"].items():
+    groups = dict(results["runs"], control=results["control"])
+    for beta, runs in groups.items():
+        control = beta == "control"
+        z = [gold_z(results, r, control) for r in runs]
         peak = [max(range(len(r["gold"])), key=r["gold"].__getitem__) for r in runs]
         out[beta] = dict(
             gold_start=statistics.fmean(r["gold"][0] for r in runs),
             gold_peak=statistics.fmean(r["gold"][i] for r, i in zip(runs, peak, strict=True)),
             kl_at_peak=statistics.fmean(r["kl"][i] for r, i in zip(runs, peak, strict=True)),
             gold_final=statistics.fmean(statistics.fmean(r["gold"][-5:]) for r in runs),
+            proxy_start=statistics.fmean(r["proxy"][0] for r in runs),
             proxy_final=statistics.fmean(statistics.fmean(r["proxy"][-5:]) for r in runs),
             kl_final=statistics.fmean(statistics.fmean(r["kl"][-5:]) for r in runs),
             length_final=statistics.fmean(statistics.fmean(r["length"][-5:]) for r in runs),
+            gold_start_z=statistics.fmean(g[0] for g in z),
+            gold_final_z=statistics.fmean(statistics.fmean(g[-5:]) for g in z),
         )
     rms = results["rms"].values()
     out["rm"] = dict(
@@ -401,23 +452,62 @@ def summarise(results: dict) -> dict:
     return out
 
 
+def gold_at_equal_kl(
+    results: dict, d_values=(0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5), width: float = 0.25
+) -> dict:
+    """Per beta, the mean gold (proxy units) of every step, all seeds, whose sqrt(KL) lies within
+    ``width`` of each ``d``; None where fewer than three steps do. Equal rows mean the betas move
+    along one gold-versus-KL curve and differ only in how far along it they stop."""
+    out = {}
+    for beta, runs in results["runs"].items():
+        pts = [
+            (math.sqrt(max(k, 0.0)), g)
+            for r in runs
+            for k, g in zip(r["kl"], gold_z(results, r), strict=True)
+        ]
+        row = {}
+        for d in d_values:
+            near = [g for x, g in pts if abs(x - d) < width]
+            row[d] = statistics.fmean(near) if len(near) >= 3 else None
+        out[beta] = row
+    return out
+
+
+def _band(runs: list[dict], values: list[list[float]]):
+    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``."""
+    x = [
+        statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs)
+        for t in range(len(runs[0]["kl"]))
+    ]
+    cols = list(zip(*values, strict=True))  # per step: one value per seed
+    return x, [statistics.fmean(c) for c in cols], [min(c) for c in cols], [max(c) for c in cols]
+
+
 def plot_overoptimisation(results: dict):
-    """Gold and proxy reward of every step against sqrt(KL), one colour per beta, all seeds."""
+    """Gold (solid) and proxy (dashed), both in the proxy's units, against sqrt(KL): per beta the
+    mean over seeds with a min-max band; right panel: the monotone-gold control."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for i, (beta, runs) in enumerate(results["runs"].items()):
-        color = ("C0", "C3", "C2", "C1")[i % 4]
-        for j, r in enumerate(runs):
-            x = [math.sqrt(max(k, 0.0)) for k in r["kl"]]
-            ax.plot(x, r["proxy"], "--", color=color, lw=1, alpha=0.8,
-                    label=f"proxy (learned RM), beta {beta}" if j == 0 else None)  # fmt: skip
-            ax.plot(x, r["gold"], "-", color=color, lw=1.5,
-                    label=f"gold, beta {beta}" if j == 0 else None)  # fmt: skip
-    ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
-    ax.set_ylabel("mean reward of the step's samples")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
+    panels = [(axes[0], results["runs"], False), (axes[1], {"control": results["control"]}, True)]
+    for ax, groups, control in panels:
+        for i, (beta, runs) in enumerate(groups.items()):
+            color = "C1" if control else ("C0", "C3", "C2")[i % 3]
+            label = f"beta {results['config']['control_beta']}" if control else f"beta {beta}"
+            gold = [gold_z(results, r, control) for r in runs]
+            x, mean, lo, hi = _band(runs, gold)
+            ax.plot(x, mean, "-", color=color, lw=1.8, label=f"gold, {label}")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+            x, mean, lo, hi = _band(runs, [r["proxy"] for r in runs])
+            ax.plot(x, mean, "--", color=color, lw=1.2, label=f"proxy, {label}")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.08, lw=0)
+        ax.axhline(0, color="0.6", lw=0.8)
+        ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title("gold peaks at two `good` (§3.7's raters)", fontsize=9)
+    axes[1].set_title("control: gold is the monotone count (§3.6)", fontsize=9)
+    axes[0].set_ylabel("reward, in std of the initial policy's samples")
     fig.tight_layout()
     return fig
 

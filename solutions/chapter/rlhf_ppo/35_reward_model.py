@@ -144,35 +144,55 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 # very samples the proxy scored (`GoldLogger`). Gao, Schulman and Hilton (2023) did this at scale,
 # with a large "gold" reward model labelling the data for smaller proxies, and found the same shape
 # every time: as the policy moves away from its start, measured by $\sqrt{\mathrm{KL}}$, the proxy
-# reward keeps rising while the gold reward rises, peaks and falls. The figure shows every step of
-# every run (three reward models, one per seed, three values of $\beta$).
+# reward keeps rising while the gold reward rises, peaks and falls. To compare the two in one unit,
+# gold is normalised the way the proxy is: minus its mean, over its standard deviation, on the very
+# samples of the initial policy that fixed the proxy's gain and bias. The figure shows, per $\beta$,
+# the mean over the three seeds (one reward model each) with a band from the lowest to the highest
+# seed; the right panel is a control explained below.
 
-# %% include="mlbook_solutions.reward_model:summarise,plot_overoptimisation" tags=["nbval-check-output"]
+# %% include="mlbook_solutions.reward_model:gold_z,summarise,gold_at_equal_kl,_band,plot_overoptimisation" tags=["nbval-check-output"]
 rm_summary = summarise(rm_results)
-print(f"{'beta':>6} {'gold start':>10} {'gold peak':>9} {'KL at peak':>10} {'gold end':>8} "
-      f"{'proxy end':>9} {'KL end':>6} {'length end':>10}")  # fmt: skip
+rm_rows = ["| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
+           "| length end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    print(f"{beta:>6g} {s['gold_start']:>10.2f} {s['gold_peak']:>9.2f} {s['kl_at_peak']:>10.2f} "
-          f"{s['gold_final']:>8.2f} {s['proxy_final']:>9.2f} {s['kl_final']:>6.2f} "
-          f"{s['length_final']:>10.2f}")  # fmt: skip
+    rm_rows.append(f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
+                   f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |")  # fmt: skip
+display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-      f"{rm_summary[rm_low]['gold_final']:.2f} while the proxy ends at {rm_summary[rm_low]['proxy_final']:.2f} "
-      f"standard deviations above the initial policy")  # fmt: skip
+      f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
+      f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std")  # fmt: skip
 
 # %% demo=true
 show(
     plot_overoptimisation(rm_results),
-    alt="Scatter of lines: gold reward (solid) and learned proxy reward (dashed) against the square "
-    "root of the KL to the reference, for every PPO step of three seeds at three fixed betas. The "
-    "proxy rises steadily with the square root of KL; the gold reward rises at first, peaks at a "
-    "small KL and falls well below its starting value for the smallest beta, which reaches the "
-    "largest KL; the largest beta stays at small KL near the gold peak.",
+    alt="Two panels against the square root of the KL to the reference, rewards in standard "
+    "deviations of the initial policy's samples, mean of three seeds with min-max bands. Left: for "
+    "three fixed betas the proxy (dashed) rises steadily, while gold (solid) rises to a peak at a "
+    "square-root KL near 2 and then falls below zero for the two smaller betas, which travel "
+    "furthest; the largest beta stops near the peak. Right, the control with a monotone gold: gold "
+    "and proxy rise together and stay together.",
 )
 
+# %% tags=["nbval-check-output"]
+rm_equal = gold_at_equal_kl(rm_results)
+rm_d = [
+    d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
+]
+display(Markdown("\n".join(
+    ["| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |", "|---:" * (len(rm_d) + 1) + "|"]
+    + [f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |" for beta, row in rm_equal.items()]
+)))  # fmt: skip
+rm_spread = max(
+    max(row[d] for row in rm_equal.values()) - min(row[d] for row in rm_equal.values())
+    for d in rm_d
+)
+print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
+      f"{rm_spread:.2f} std")  # fmt: skip
+
 # %% [markdown]
-# What the runs show (the cell above prints the numbers):
+# What the runs show (the cells above print the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
 #   every position. The proxy calls that the best response it has seen, several standard deviations
@@ -193,8 +213,9 @@ show(
 #   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
 #   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
 #   penalty did not raise the gold score reached at a given KL, and that its effect was like
-#   stopping the run earlier on the same curve. The same holds on the toy: at equal KL, the three
-#   $\beta$ values sit on one gold curve.
+#   stopping the run earlier on the same curve. The toy agrees: the last table reads gold at equal
+#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by little more than the seed-to-seed
+#   noise (the cell prints the largest gap), while the runs differ a lot in how far they travel.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`
@@ -215,6 +236,35 @@ print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO ste
       f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
 
 # %% [markdown]
+# **The control: a gold that does not reverse.** If over-optimisation were something PPO does to any
+# learned reward, it would show up with any gold. The cache therefore holds a second set of runs
+# (`refresh` in `mlbook_solutions.reward_model`): for each seed a reward model trained the same way
+# on labels from `monotone_gold`, §3.6's count of `good` tokens, where more praise is always
+# better, then PPO against it at the smallest $\beta$, the setting that over-optimised hardest above.
+# The right panel of the figure shows the result, and the cell below prints it.
+
+# %% tags=["nbval-check-output"]
+rm_ctrl = rm_summary["control"]
+rm_ctrl_corr = statistics.fmean(
+    float(torch.corrcoef(torch.tensor([gold_z(rm_results, r, True), r["proxy"]]))[0, 1])
+    for r in rm_results["control"]
+)  # fmt: skip
+print(f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
+      f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
+      f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}")  # fmt: skip
+print(f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
+      f"{rm_summary[rm_low]['gold_final_z']:+.1f} std")  # fmt: skip
+
+# %% [markdown]
+# With a monotone gold the same PPO, the same $\beta$ and a reward model fitted on the same kind of
+# pairs travel just as far in KL, and gold climbs with the proxy the whole way. The policy's
+# pressure was the same in both experiments; what differed is whether the proxy was wrong where the
+# policy went. Over-optimisation needs both, and on the toy the second was put there on purpose.
+#
 # The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
-# stop), reward models trained on fresh samples of the current policy, ensembles whose disagreement
-# flags extrapolation, and explicit length control.
+# stop), which limits how far the policy travels; reward models trained on fresh samples of the
+# current policy, which remove the unseen region; ensembles whose disagreement flags extrapolation
+# (Coste et al., 2023, found that optimising an ensemble's worst case or an uncertainty-penalised
+# mean largely prevents over-optimisation; Eisenstein et al., 2023, that members which share an
+# error agree on it, so an ensemble mitigates reward hacking but does not remove it); and explicit
+# length control.

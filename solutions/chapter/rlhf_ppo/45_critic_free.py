@@ -18,11 +18,36 @@
 #   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
 #   than in the reward.
 #
-# The comparison below changes only the advantage. All three arms draw 64 responses per step (GAE:
-# 64 prompts; RLOO and GRPO: 16 prompts, $k = 4$ each), pay the same per-token KL fee in the reward
-# with a fixed $\beta = 0.3$ (so GRPO's KL sits in the reward here, not in its loss), and update
-# with the same clipped surrogate, epochs and learning rate. Each arm runs for 40 steps on three
-# seeds; the sweep is cached like §3.8's.
+# The comparison below has five arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
+# others: 16 prompts, $k = 4$ each) and runs for 40 steps on three seeds; the sweep is cached like
+# §3.8's. The first three change only the advantage, and their names say what they are:
+#
+# - **PPO: critic + GAE** is §3's algorithm with a fixed $\beta = 0.3$.
+# - **PPO-clip, RLOO advantage** and **PPO-clip, group-normalised advantage** put RLOO's and GRPO's
+#   advantages into *PPO's* update: the same per-token KL fee in the reward, four clipped epochs
+#   per batch, one token mean over the whole batch, and the advantages whitened over the batch's
+#   response tokens exactly as the GAE arm's are, so all three start from advantages of the same
+#   scale. Neither is the algorithm its paper describes. Ahmadian et al.'s RLOO is REINFORCE: one
+#   unclipped gradient step per batch. And with a token mean over the batch, GRPO's length bias
+#   (below) cannot appear.
+#
+# Two more arms follow the published objectives, with everything else (samples, epochs, clip,
+# learning rate) unchanged:
+#
+# - **GRPO as published** (Shao et al., 2024): the group-normalised advantage of the score alone,
+#   the KL to the reference as a $k_3$ term *in the loss* with coefficient $\beta$, and each
+#   response's token terms averaged within the response before averaging over responses. That
+#   per-response mean gives every token of a long response less weight than a token of a short
+#   one, in the gradient that rewards and in the one that punishes.
+# - **Dr. GRPO** (Liu et al., 2025, arXiv:2503.20783) removes the two terms its authors found
+#   biased: no division by the group's standard deviation, and no division by the response's length
+#   (the token terms are summed and divided by a constant, the batch size times the longest
+#   allowed response). The $k_3$ term stays, so that only those two terms change.
+#
+# One asymmetry remains, and it favours the critic-free arms a little: the GAE arm trains policy and
+# critic with one Adam optimiser and clips the gradient norm at 1 over *both* networks' gradients
+# together, so a large value-loss gradient shrinks the policy's step too; the other arms clip the
+# policy's gradient alone. Every arm records its mean response length per step.
 
 # %% include="mlbook_solutions.critic_free:_validate_groups,rloo_advantages,grpo_advantages,sequence_returns"
 
@@ -39,15 +64,18 @@ print("RLOO / (R - group mean):  ", round(float(rloo_advantages(cf_group, 4)[0] 
 print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
       "(no signal, no update)")  # fmt: skip
 
-# %% include="mlbook_solutions.critic_free:summarise,format_table,plot_arms,ARMS" tags=["nbval-check-output"]
+# %% include="mlbook_solutions.critic_free:published_grpo_update"
+
+# %% include="mlbook_solutions.critic_free:summarise,format_table,plot_arms,ARMS,LABELS" tags=["nbval-check-output"]
 cf_results = load_cached("critic_free")
 cf_beta = cf_results["config"]["beta"]
 cf_summary = summarise(cf_results)
 display(Markdown(format_table(cf_summary, cf_beta)))
-cf_obj = [s["objective"] for s in cf_summary.values()]
-print(
-    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three arms"
-)
+cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
+cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
+print(f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
+      f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+      f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}")  # fmt: skip
 print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
       f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
       f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
@@ -64,30 +92,44 @@ print(
 # %% demo=true
 show(
     plot_arms(cf_results),
-    alt="Two panels over 40 steps, mean of three seeds with min-max bands: reward (left) and KL to "
-    "the reference (right) for GAE with a critic, RLOO and GRPO. The three reward curves rise "
-    "together from about 0.5 to about 5 good tokens within 15 steps and then overlap; the KL curves "
-    "rise to about 10 nats and overlap too.",
+    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for five arms: reward, "
+    "KL to the reference and mean response length. The three arms with PPO's update (critic and "
+    "GAE, RLOO advantage, group-normalised advantage) rise together from about 0.5 to about 5 good "
+    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO as published rises more slowly "
+    "to about 3.3 at about half the KL; Dr. GRPO lies between, close to the first three. Every "
+    "arm's response length climbs from about 6 to nearly the maximum of 8 tokens.",
 )
 
 # %% [markdown]
 # Where each wins, on this measurement (the table and the cell above give the numbers):
 #
-# - **Final quality: a tie.** With the same samples and the same KL fee, the three arms end at the
-#   same reward, KL and regularised objective, within the spread over seeds. The toy's reward is
-#   one number at the end of at most eight tokens, with nothing for token-level credit to find, so
-#   a learned $V(s_t)$ has little to add over a group baseline.
-# - **Speed per sample: no clear winner.** GAE's mean reward over the first ten steps is a little
-#   higher, but not on every seed: the spread over three seeds is as large as the gap. Whatever
-#   extra information the critic's per-token values carry, this task does not reward it.
-# - **Cost: RLOO and GRPO, clearly.** Without the critic a run is much cheaper in wall time (no
-#   critic forward, backward or optimiser step; the cell prints the ratio, and every seed agrees)
-#   and the critic's weights, gradients and Adam state are gone; at 7B that is the 112 GB the cell
-#   prints.
+# - **The three PPO-update arms: a tie.** With the same samples, the same KL fee and advantages of
+#   the same scale, they end at the same reward, KL and regularised objective, within the spread
+#   over seeds, and none is ahead over the first ten steps on every seed. The toy's reward is one
+#   number at the end of at most eight tokens, with nothing for token-level credit to find, so a
+#   learned $V(s_t)$ has little to add over a group baseline.
+# - **The published objectives optimise a different thing.** GRPO as published ends with less
+#   reward at about half the KL, and a lower value of the regularised objective the table scores
+#   every arm on. That is not a worse algorithm so much as a different regulariser: its $k_3$ term
+#   is averaged per token, and, as §5's gradient cell shows, its expected gradient is that of the
+#   reverse direction $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$, so the same $\beta$ buys a
+#   different trade. Dr. GRPO, whose summed loss weights every token alike and whose advantage is
+#   not rescaled per group, lands close to the PPO-update arms.
+# - **Length: no bias to see here.** Every arm's responses grow towards the 8-token maximum,
+#   because more tokens leave room for more `good`; the per-response mean of GRPO as published
+#   does not lengthen them further (the table's length columns). Liu et al.'s length bias needs
+#   room to show: it lets long *wrong* responses cost less per token, which matters when responses
+#   run to thousands of tokens and most of them fail, not on eight-token responses whose reward
+#   grows with their length.
+# - **Cost: the critic-free arms, clearly.** Without the critic a run is much cheaper in wall time
+#   (no critic forward, backward or optimiser step; the cell prints the ratio, from the machine that
+#   wrote the cache) and the critic's weights, gradients and Adam state are gone; at 7B that is the
+#   112 GB the cell prints.
 #
 # What the toy cannot settle is how the estimators compare on long responses with informative
 # intermediate tokens, where a good critic can assign credit inside a response and a sequence-level
 # advantage cannot; GRPO's per-group normalisation also changes how much each prompt counts, a choice
 # this task with equal-difficulty prompts does not test. Published comparisons need the same care
 # as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
-# benchmarks, so a weak result for any method may be a weakly tuned baseline.
+# benchmarks, while Ahmadian et al. (2024) report RLOO ahead of PPO on theirs, so a weak result for
+# any method may be a weakly tuned baseline.

@@ -237,7 +237,6 @@ assert _value.requires_grad, (
 from mlbook_solutions.exercises import (
     PTX,
     demonstration_floor,
-    format_summary,
     load_results,
     plot_ptx,
     summarise,
@@ -251,19 +250,22 @@ print(
     f"{len(PTX['seeds'])} seeds x ptx_coef in {PTX['ptx_coefs']}: {PTX['steps']} PPO steps on {PTX['batch']} prompts, "
     f"from a model fine-tuned {PTX['sft_steps']} steps on the demonstrations (torch {ex4_results['torch']})"
 )
-print("per-seed statistics, mean ± std [min, max] over seeds:")
-print(format_summary({k: v for k, v in ex4_summary.items() if k.startswith(("plain", "ptx"))}))
+ex4_rows = ["| per-seed statistic | mean ± std over seeds | min | max |", "|---|---:|---:|---:|"]
+for ex4_key, (ex4_m, ex4_s, ex4_lo, ex4_hi) in ex4_summary.items():
+    if ex4_key.startswith(("plain", "ptx")):
+        ex4_rows.append(
+            f"| `{ex4_key}` | {ex4_m:.3f} ± {ex4_s:.3f} | {ex4_lo:.3f} | {ex4_hi:.3f} |"
+        )
+display(Markdown("\n".join(ex4_rows)))
 ex4_start = [r["sft"][0] for runs in ex4_results["ptx"].values() for r in runs]
-print(f"SFT loss at the start of PPO: {min(ex4_start):.4f} to {max(ex4_start):.4f} nats/token")
-print(
-    f"lowest SFT loss any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token"
-)
+print(f"SFT loss at the start of PPO: {min(ex4_start):.4f} to {max(ex4_start):.4f} nats/token; lowest "
+      f"any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token")  # fmt: skip
+ex4_outside = []
 for ex4_key, ex4_runs in ex4_results["ptx"].items():
     ex4_out = sum(abs(v / r["sft"][0] - 1) > 0.10 for r in ex4_runs for v in r["sft"])
     ex4_total = sum(len(r["sft"]) for r in ex4_runs)
-    print(
-        f"ptx_coef {float(ex4_key):g}: SFT loss outside start ± 10 % at {ex4_out} of {ex4_total} seed-steps"
-    )
+    ex4_outside.append(f"{float(ex4_key):g}: {ex4_out} of {ex4_total}")
+print("seed-steps with the SFT loss outside start ± 10 %, by ptx_coef: " + "; ".join(ex4_outside))
 show(
     plot_ptx(ex4_results),
     alt="Two panels over PPO steps, mean and spread over seeds for each ptx_coef: the mean reward (good tokens), "
@@ -363,31 +365,25 @@ ex5_results = (
     load_results()
 )  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
 ex5_summary = summarise(ex5_results)
-print(
-    f"(a, c) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; clip fraction over steps 2..N:"
-)
+print(f"(a, c) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; KL target "
+      f"{CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}; mean ± std [min, max] over seeds:")  # fmt: skip
+ex5_rows = ["| arm | clip fraction, steps 2..N | reward, last 5 steps | steps with KL under target "
+            "| lowest beta | final beta | KL to the reference, last 5 steps |", "|---|---|---|---|---|---|---|"]  # fmt: skip
 for ex5_name in STALE_ARMS:
     ex5_mean, ex5_std, ex5_lo, ex5_hi = ex5_summary[f"{ex5_name}_clip_mean"]
     ex5_rew = ex5_summary[f"{ex5_name}_reward_last5"]
-    print(
-        f"   {ex5_name:10s}: {ex5_mean:.3f} ± {ex5_std:.3f} [min {ex5_lo:.3f}, max {ex5_hi:.3f}]   "
-        f"reward over the last 5 steps {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f}"
-    )
-print(
-    f"   why the stale arms end with more reward (KL target {CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}):"
-)
-for ex5_name in STALE_ARMS:
     ex5_runs = ex5_results["stale"][ex5_name]
     ex5_under = [
         sum(k < CHAPTER_RUN.kl_target for k in r["kl"]) for r in ex5_runs
     ]  # steps in which beta fell
     ex5_low = [min(r["beta"]) for r in ex5_runs]
     ex5_kl, ex5_beta = ex5_summary[f"{ex5_name}_kl_last5"], ex5_summary[f"{ex5_name}_beta_final"]
-    print(
-        f"   {ex5_name:10s}: KL under target in {min(ex5_under)}-{max(ex5_under)} steps, lowest beta "
-        f"{min(ex5_low):.3f}-{max(ex5_low):.3f}; final beta {ex5_beta[0]:.3f} ± {ex5_beta[1]:.3f}, "
-        f"KL to the reference over the last 5 steps {ex5_kl[0]:.2f} ± {ex5_kl[1]:.2f}"
-    )
+    ex5_rows.append(
+        f"| `{ex5_name}` | {ex5_mean:.3f} ± {ex5_std:.3f} [{ex5_lo:.3f}, {ex5_hi:.3f}] | {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f} "
+        f"| {min(ex5_under)}-{max(ex5_under)} | {min(ex5_low):.3f}-{max(ex5_low):.3f} "
+        f"| {ex5_beta[0]:.3f} ± {ex5_beta[1]:.3f} | {ex5_kl[0]:.2f} ± {ex5_kl[1]:.2f} |"
+    )  # fmt: skip
+display(Markdown("\n".join(ex5_rows)))
 show(
     plot_stale(ex5_results),
     alt="Two panels over PPO steps, mean and min-max band over seeds for each of four arms (on-policy; one update "
@@ -404,9 +400,7 @@ ex5_right = importance_ratios(
 ex5_wrong = importance_ratios(
     ex5_policy, ex5_policy, ex5_roll["tokens"], ex5_roll["mask"]
 )  # logp_old from the policy
-print(
-    f"\n(b) stale batch, {int(ex5_roll['mask'].sum())} response tokens, ratios at the first epoch:"
-)
+print(f"(b) stale batch, {int(ex5_roll['mask'].sum())} response tokens, ratios at the first epoch:")
 for ex5_label, ex5_ratio in (
     ("logp_old from the sampler", ex5_right),
     ("logp_old from the current policy", ex5_wrong),

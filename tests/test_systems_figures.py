@@ -1,5 +1,6 @@
 """The systems helpers (memory table, step timer) and the chapter's explanatory figures."""
 
+import dataclasses
 from functools import partial
 
 import matplotlib
@@ -166,3 +167,26 @@ def test_pipeline_draws_every_stage_once():
     text = " ".join(t.get_text() for t in ax.texts)
     assert "(frozen)" in text and "(trained)" in text and "new weights" in text
     plt.close(fig)
+
+
+def test_precision_mismatch_is_small_and_real():
+    """§4.2's bf16-sample / fp32-score cell: a gap exists, no token near the [0.5, 5] band's edges."""
+    from mlbook_solutions.ppo_lm import train_ppo
+    from mlbook_solutions.run_toy import CHAPTER_RUN
+
+    from mlbook.posttrain.samplers import precision_mismatch
+    from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
+
+    torch.manual_seed(0)
+    policy, ref, critic, prompts, gen = build_models(0, 64)
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=10)
+    train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen)
+    mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
+    assert mm["tokens"] > 100
+    assert 0 < mm["mean_abs"] < 0.02 and mm["max_abs"] < 0.1  # "real but small"
+    assert mm["outside_band"] == 0.0  # "no token comes near the band's edges"
+    assert 0.9 < mm["seq_ratio_min"] <= mm["seq_ratio_max"] < 1.1
+    assert abs(mm["kl"]) < 0.01
+    policy64 = build_models(0, 4).policy.double()
+    same = precision_mismatch(policy64, prompts[:4], 4, engine_dtype=torch.float64)
+    assert same["max_abs"] < 1e-6  # same dtype, same numbers: the gap is the precision

@@ -352,6 +352,36 @@ def print_report(out: dict) -> None:
         )
 
 
+def plot_beta_per_rank(runs: list[dict], kl_target: float):
+    """Two runs (KL all-reduced, then per-rank KL): beta on every rank after each step (left) and
+    each rank's controller error kl / target - 1 with the clip at +-0.2 (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.4))
+    styles = (("global KL", "-", "o"), ("per-rank KL", "--", "s"))
+    for out, (name, line, marker) in zip(runs, styles, strict=True):
+        for r, res in enumerate(out["per_rank"]):
+            steps = range(1, len(res["steps"]) + 1)
+            color = ("C0", "C3")[r] if name == "per-rank KL" else ("C2", "C1")[r]
+            beta = [s["beta_next"] for s in res["steps"]]
+            axes[0].plot(
+                steps, beta, line, marker=marker, ms=4, color=color, label=f"{name}, rank {r}"
+            )
+            if name == "per-rank KL":
+                err = [s["kl"] / kl_target - 1 for s in res["steps"]]
+                axes[1].plot(steps, err, line, marker=marker, ms=4, color=color, label=f"rank {r}")
+    for y in (-0.2, 0.2):
+        axes[1].axhline(y, color="0.5", lw=0.8, ls=":")
+    axes[0].set_title("beta after each step", fontsize=10)
+    axes[1].set_title("per-rank KL: controller error kl / target - 1 (clip at ±0.2)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def main() -> None:
     import tyro  # command line from RunConfig's fields and their docstrings (--steps, --kl-target None, ...)
 

@@ -1271,7 +1271,7 @@ from mlbook.posttrain.cached import load_cached
 from mlbook.posttrain.masks import validate_mask
 from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_prompts, sample
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6116c44fcba29acda2f9a1b3a4949178", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f5d5c28f61f909892f66e28d5e5009fd", "grade": false, "grade_id": "35_reward_model-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 GOLD_PEAK = 2  # praise helps up to two "good" tokens; every one beyond that costs
 
 
@@ -1315,9 +1315,14 @@ def _padded(samples, length: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def preference_pairs(
-    model: nn.Module, n: int, max_new_tokens: int, generator: torch.Generator, noise: bool = True
+    model: nn.Module,
+    n: int,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    noise: bool = True,
+    gold=gold_reward,
 ) -> Pairs:
-    """``n`` pairs: two responses of ``model`` per prompt, labelled by :func:`gold_reward`.
+    """``n`` pairs: two responses of ``model`` per prompt, labelled by ``gold``.
 
     With ``noise`` the first response is preferred with probability ``sigmoid(gold_a - gold_b)``
     (the Bradley-Terry model of a rater: ties are coin flips, a margin of 1 is right 73 % of the
@@ -1327,7 +1332,7 @@ def preference_pairs(
     length = prompts.shape[1] + max_new_tokens
     a = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
     b = _padded(sample(model, prompts, max_new_tokens, END_ID, generator=generator), length)
-    margin = gold_reward(*a) - gold_reward(*b)  # (N,)
+    margin = gold(*a) - gold(*b)  # (N,)
     p_a = torch.sigmoid(margin) if noise else (margin > 0).float() + 0.5 * (margin == 0).float()
     a_wins = torch.rand(n, generator=generator) < p_a  # (N,)
     pick = a_wins.unsqueeze(1)  # (N, 1)
@@ -1467,7 +1472,7 @@ assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
 # (`mlbook.posttrain.cached`), which stores a fingerprint of the code that produced it and a short
 # float64 rerun that the tests repeat. The code is the chapter's own:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8fe1fca1a6de37622e2c683544f2bcff", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "27a24ccd8ede94918db917058340ba86", "grade": false, "grade_id": "35_reward_model-11", "locked": true, "schema_version": 3, "solution": false, "task": false}
 @dataclasses.dataclass(kw_only=True)
 class RMConfig:
     """Everything that sets the reward model and the PPO runs against it."""
@@ -1490,6 +1495,8 @@ class RMConfig:
     """PPO steps per run."""
     batch: int = 64
     """Prompts per PPO step."""
+    control_beta: float = 0.01
+    """Beta of the control runs (monotone gold, one RM per seed): the most pressure."""
 
 
 RM_RUN = RMConfig()
@@ -1506,6 +1513,8 @@ class TrainedRM:
     heldout_loss: float
     heldout_accuracy: float  # agreement with the noisy held-out labels
     gold_accuracy: float  # agreement with the noiseless gold order, pairs with different gold
+    gold_mean: float  # gold's mean and std on the samples the gain and bias were fitted on: gold in
+    gold_std: float  # the proxy's units is (gold - gold_mean) / gold_std
 
     def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
         """The normalised reward ``gain * r_phi + bias`` (no gradient): a ``reward_fn``."""
@@ -1513,15 +1522,16 @@ class TrainedRM:
             return self.gain * self.model(tokens, response_mask) + self.bias
 
 
-def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
-    """Sample pairs from the initial policy of ``build_models(seed)``, fit the RM, normalise it.
-    ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps definitions only)."""
+def train_reward_model(seed: int, cfg: RMConfig | None = None, gold=gold_reward) -> TrainedRM:
+    """Sample pairs from the initial policy of ``build_models(seed)``, labelled by ``gold``, fit
+    the RM, normalise it. ``cfg`` defaults to ``RM_RUN`` (read at call time: the grader keeps
+    definitions only)."""
     cfg = RM_RUN if cfg is None else cfg
     policy = build_models(seed).policy  # a copy of the reference: the initial policy
     gen = torch.Generator().manual_seed(10_000 + seed)  # the raters' own random stream
     n_new = CHAPTER_RUN.max_new_tokens
-    train = preference_pairs(policy, cfg.train_pairs, n_new, gen)
-    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen)
+    train = preference_pairs(policy, cfg.train_pairs, n_new, gen, gold=gold)
+    heldout = preference_pairs(policy, cfg.heldout_pairs, n_new, gen, gold=gold)
     torch.manual_seed(seed)
     rm = TinyRewardModel.from_lm(policy)
     opt = torch.optim.Adam(rm.parameters(), lr=cfg.rm_lr)
@@ -1546,6 +1556,8 @@ def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
         raw = rm(norm.tokens, norm.response_mask)  # (norm_samples,)
         gain = 1.0 / float(raw.std())
         bias = -gain * float(raw.mean())
+        gold_norm = gold(norm.tokens, norm.response_mask)  # (norm_samples,) same samples
+
     return TrainedRM(
         rm.requires_grad_(False),
         gain,
@@ -1554,25 +1566,29 @@ def train_reward_model(seed: int, cfg: RMConfig | None = None) -> TrainedRM:
         float(pairwise_loss(r_c, r_r)),
         float((r_c > r_r).float().mean()),
         gold_acc,
+        float(gold_norm.mean()),
+        float(gold_norm.std()),
     )
 
 
 class GoldLogger:
     """A ``reward_fn``: returns the proxy's scores, logs the gold score of the same samples."""
 
-    def __init__(self, proxy) -> None:
-        self.proxy, self.gold, self.length = proxy, [], []
+    def __init__(self, proxy, gold=gold_reward) -> None:
+        self.proxy, self.gold_fn, self.gold = proxy, gold, []
 
     def __call__(self, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-        self.gold.append(float(gold_reward(tokens, response_mask).mean()))
+        self.gold.append(float(self.gold_fn(tokens, response_mask).mean()))
         return self.proxy(tokens, response_mask)
 
 
-def overoptimisation_run(seed: int, beta: float, rm: TrainedRM, steps: int, batch: int) -> dict:
-    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold,
-    KL and response length."""
+def overoptimisation_run(
+    seed: int, beta: float, rm: TrainedRM, steps: int, batch: int, gold=gold_reward
+) -> dict:
+    """PPO (the chapter's settings, beta fixed) against the learned reward: per-step proxy, gold
+    (``gold`` of the same samples), KL and response length."""
     policy, ref, critic, prompts, gen = build_models(seed, batch)
-    logger = GoldLogger(rm)
+    logger = GoldLogger(rm, gold)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=beta, kl_target=None)
     history = train_ppo(policy, ref, critic, prompts, logger, END_ID, cfg, generator=gen)
     return dict(
@@ -1601,7 +1617,7 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
       f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4d951aba0c71dfc3b739ecbbfed61879", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f9250496d80ad979c1211145b5428ef3", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
 # near 60 %: a large share of the initial policy's pairs tie on gold (the first cell of this
 # section printed it), and a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
@@ -1615,23 +1631,40 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 # very samples the proxy scored (`GoldLogger`). Gao, Schulman and Hilton (2023) did this at scale,
 # with a large "gold" reward model labelling the data for smaller proxies, and found the same shape
 # every time: as the policy moves away from its start, measured by $\sqrt{\mathrm{KL}}$, the proxy
-# reward keeps rising while the gold reward rises, peaks and falls. The figure shows every step of
-# every run (three reward models, one per seed, three values of $\beta$).
+# reward keeps rising while the gold reward rises, peaks and falls. To compare the two in one unit,
+# gold is normalised the way the proxy is: minus its mean, over its standard deviation, on the very
+# samples of the initial policy that fixed the proxy's gain and bias. The figure shows, per $\beta$,
+# the mean over the three seeds (one reward model each) with a band from the lowest to the highest
+# seed; the right panel is a control explained below.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8d8ddd70fb2726168d166d54357f00c1", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "15a93c84ed9442956638fd0f8904d9f4", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
+    """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
+    samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
+    rm = results["control_rms" if control else "rms"][str(run["seed"])]
+    return [(g - rm["gold_mean"]) / rm["gold_std"] for g in run["gold"]]
+
+
 def summarise(results: dict) -> dict:
-    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL."""
+    """Per beta, over seeds: peak gold and where it happened, final gold and proxy, final KL;
+    ``control``: the same for the monotone-gold runs. ``*_z``: gold in the proxy's units."""
     out = {}
-    for beta, runs in results["runs"].items():
+    groups = dict(results["runs"], control=results["control"])
+    for beta, runs in groups.items():
+        control = beta == "control"
+        z = [gold_z(results, r, control) for r in runs]
         peak = [max(range(len(r["gold"])), key=r["gold"].__getitem__) for r in runs]
         out[beta] = dict(
             gold_start=statistics.fmean(r["gold"][0] for r in runs),
             gold_peak=statistics.fmean(r["gold"][i] for r, i in zip(runs, peak, strict=True)),
             kl_at_peak=statistics.fmean(r["kl"][i] for r, i in zip(runs, peak, strict=True)),
             gold_final=statistics.fmean(statistics.fmean(r["gold"][-5:]) for r in runs),
+            proxy_start=statistics.fmean(r["proxy"][0] for r in runs),
             proxy_final=statistics.fmean(statistics.fmean(r["proxy"][-5:]) for r in runs),
             kl_final=statistics.fmean(statistics.fmean(r["kl"][-5:]) for r in runs),
             length_final=statistics.fmean(statistics.fmean(r["length"][-5:]) for r in runs),
+            gold_start_z=statistics.fmean(g[0] for g in z),
+            gold_final_z=statistics.fmean(statistics.fmean(g[-5:]) for g in z),
         )
     rms = results["rms"].values()
     out["rm"] = dict(
@@ -1641,53 +1674,109 @@ def summarise(results: dict) -> dict:
     return out
 
 
+def gold_at_equal_kl(
+    results: dict, d_values=(0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5), width: float = 0.25
+) -> dict:
+    """Per beta, the mean gold (proxy units) of every step, all seeds, whose sqrt(KL) lies within
+    ``width`` of each ``d``; None where fewer than three steps do. Equal rows mean the betas move
+    along one gold-versus-KL curve and differ only in how far along it they stop."""
+    out = {}
+    for beta, runs in results["runs"].items():
+        pts = [
+            (math.sqrt(max(k, 0.0)), g)
+            for r in runs
+            for k, g in zip(r["kl"], gold_z(results, r), strict=True)
+        ]
+        row = {}
+        for d in d_values:
+            near = [g for x, g in pts if abs(x - d) < width]
+            row[d] = statistics.fmean(near) if len(near) >= 3 else None
+        out[beta] = row
+    return out
+
+
+def _band(runs: list[dict], values: list[list[float]]):
+    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``."""
+    x = [
+        statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs)
+        for t in range(len(runs[0]["kl"]))
+    ]
+    cols = list(zip(*values, strict=True))  # per step: one value per seed
+    return x, [statistics.fmean(c) for c in cols], [min(c) for c in cols], [max(c) for c in cols]
+
+
 def plot_overoptimisation(results: dict):
-    """Gold and proxy reward of every step against sqrt(KL), one colour per beta, all seeds."""
+    """Gold (solid) and proxy (dashed), both in the proxy's units, against sqrt(KL): per beta the
+    mean over seeds with a min-max band; right panel: the monotone-gold control."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for i, (beta, runs) in enumerate(results["runs"].items()):
-        color = ("C0", "C3", "C2", "C1")[i % 4]
-        for j, r in enumerate(runs):
-            x = [math.sqrt(max(k, 0.0)) for k in r["kl"]]
-            ax.plot(x, r["proxy"], "--", color=color, lw=1, alpha=0.8,
-                    label=f"proxy (learned RM), beta {beta}" if j == 0 else None)  # fmt: skip
-            ax.plot(x, r["gold"], "-", color=color, lw=1.5,
-                    label=f"gold, beta {beta}" if j == 0 else None)  # fmt: skip
-    ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
-    ax.set_ylabel("mean reward of the step's samples")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
+    panels = [(axes[0], results["runs"], False), (axes[1], {"control": results["control"]}, True)]
+    for ax, groups, control in panels:
+        for i, (beta, runs) in enumerate(groups.items()):
+            color = "C1" if control else ("C0", "C3", "C2")[i % 3]
+            label = f"beta {results['config']['control_beta']}" if control else f"beta {beta}"
+            gold = [gold_z(results, r, control) for r in runs]
+            x, mean, lo, hi = _band(runs, gold)
+            ax.plot(x, mean, "-", color=color, lw=1.8, label=f"gold, {label}")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+            x, mean, lo, hi = _band(runs, [r["proxy"] for r in runs])
+            ax.plot(x, mean, "--", color=color, lw=1.2, label=f"proxy, {label}")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.08, lw=0)
+        ax.axhline(0, color="0.6", lw=0.8)
+        ax.set_xlabel("sqrt(KL to the reference)  (nats^0.5, per sequence)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title("gold peaks at two `good` (§3.7's raters)", fontsize=9)
+    axes[1].set_title("control: gold is the monotone count (§3.6)", fontsize=9)
+    axes[0].set_ylabel("reward, in std of the initial policy's samples")
     fig.tight_layout()
     return fig
 
 
 rm_summary = summarise(rm_results)
-print(f"{'beta':>6} {'gold start':>10} {'gold peak':>9} {'KL at peak':>10} {'gold end':>8} "
-      f"{'proxy end':>9} {'KL end':>6} {'length end':>10}")  # fmt: skip
+rm_rows = ["| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
+           "| length end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    print(f"{beta:>6g} {s['gold_start']:>10.2f} {s['gold_peak']:>9.2f} {s['kl_at_peak']:>10.2f} "
-          f"{s['gold_final']:>8.2f} {s['proxy_final']:>9.2f} {s['kl_final']:>6.2f} "
-          f"{s['length_final']:>10.2f}")  # fmt: skip
+    rm_rows.append(f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
+                   f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |")  # fmt: skip
+display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-      f"{rm_summary[rm_low]['gold_final']:.2f} while the proxy ends at {rm_summary[rm_low]['proxy_final']:.2f} "
-      f"standard deviations above the initial policy")  # fmt: skip
+      f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
+      f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std")  # fmt: skip
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "05be5de7b35225261f6ec5103a73bdc5", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "18148a1ef83ddca00632128e36e9dcee", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 show(
     plot_overoptimisation(rm_results),
-    alt="Scatter of lines: gold reward (solid) and learned proxy reward (dashed) against the square "
-    "root of the KL to the reference, for every PPO step of three seeds at three fixed betas. The "
-    "proxy rises steadily with the square root of KL; the gold reward rises at first, peaks at a "
-    "small KL and falls well below its starting value for the smallest beta, which reaches the "
-    "largest KL; the largest beta stays at small KL near the gold peak.",
+    alt="Two panels against the square root of the KL to the reference, rewards in standard "
+    "deviations of the initial policy's samples, mean of three seeds with min-max bands. Left: for "
+    "three fixed betas the proxy (dashed) rises steadily, while gold (solid) rises to a peak at a "
+    "square-root KL near 2 and then falls below zero for the two smaller betas, which travel "
+    "furthest; the largest beta stops near the peak. Right, the control with a monotone gold: gold "
+    "and proxy rise together and stay together.",
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "af9ed99bfe3e71d9a0abb95c8aa8c49e", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# What the runs show (the cell above prints the numbers):
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "abb70b5e589915a50e74bc2ff4022f4d", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+rm_equal = gold_at_equal_kl(rm_results)
+rm_d = [
+    d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
+]
+display(Markdown("\n".join(
+    ["| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |", "|---:" * (len(rm_d) + 1) + "|"]
+    + [f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |" for beta, row in rm_equal.items()]
+)))  # fmt: skip
+rm_spread = max(
+    max(row[d] for row in rm_equal.values()) - min(row[d] for row in rm_equal.values())
+    for d in rm_d
+)
+print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
+      f"{rm_spread:.2f} std")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bc8c5ad61a56a9e60a8dec78e4710454", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# What the runs show (the cells above print the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
 #   every position. The proxy calls that the best response it has seen, several standard deviations
@@ -1708,8 +1797,9 @@ show(
 #   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
 #   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
 #   penalty did not raise the gold score reached at a given KL, and that its effect was like
-#   stopping the run earlier on the same curve. The same holds on the toy: at equal KL, the three
-#   $\beta$ values sit on one gold curve.
+#   stopping the run earlier on the same curve. The toy agrees: the last table reads gold at equal
+#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by little more than the seed-to-seed
+#   noise (the cell prints the largest gap), while the runs differ a lot in how far they travel.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`
@@ -1720,7 +1810,7 @@ show(
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "3176f5be7988ae7aa81a24fce929bc9a", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ae62665a58e35bd2483417d3f911834a", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
                  generator=torch.Generator().manual_seed(6))  # fmt: skip
@@ -1731,10 +1821,39 @@ rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values(
 print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
       f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f6110d7f6a95900298b211a30af323b6", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1d047facaa3f0aaec6f195c4c808624b", "grade": false, "grade_id": "35_reward_model-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **The control: a gold that does not reverse.** If over-optimisation were something PPO does to any
+# learned reward, it would show up with any gold. The cache therefore holds a second set of runs
+# (`refresh` in `mlbook_solutions.reward_model`): for each seed a reward model trained the same way
+# on labels from `monotone_gold`, §3.6's count of `good` tokens, where more praise is always
+# better, then PPO against it at the smallest $\beta$, the setting that over-optimised hardest above.
+# The right panel of the figure shows the result, and the cell below prints it.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f55358a9fab8768974afbe89b5eaa6c6", "grade": false, "grade_id": "35_reward_model-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+rm_ctrl = rm_summary["control"]
+rm_ctrl_corr = statistics.fmean(
+    float(torch.corrcoef(torch.tensor([gold_z(rm_results, r, True), r["proxy"]]))[0, 1])
+    for r in rm_results["control"]
+)  # fmt: skip
+print(f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
+      f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
+      f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}")  # fmt: skip
+print(f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
+      f"{rm_summary[rm_low]['gold_final_z']:+.1f} std")  # fmt: skip
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2559d826148e4f37d28a1896f3c5f4f9", "grade": false, "grade_id": "35_reward_model-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# With a monotone gold the same PPO, the same $\beta$ and a reward model fitted on the same kind of
+# pairs travel just as far in KL, and gold climbs with the proxy the whole way. The policy's
+# pressure was the same in both experiments; what differed is whether the proxy was wrong where the
+# policy went. Over-optimisation needs both, and on the toy the second was put there on purpose.
+#
 # The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
-# stop), reward models trained on fresh samples of the current policy, ensembles whose disagreement
-# flags extrapolation, and explicit length control.
+# stop), which limits how far the policy travels; reward models trained on fresh samples of the
+# current policy, which remove the unseen region; ensembles whose disagreement flags extrapolation
+# (Coste et al., 2023, found that optimising an ensemble's worst case or an uncertainty-penalised
+# mean largely prevents over-optimisation; Eisenstein et al., 2023, that members which share an
+# error agree on it, so an ensemble mitigates reward hacking but does not remove it); and explicit
+# length control.
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2c669cb4ca1fe40fb96cc164f34da96", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
@@ -2032,7 +2151,7 @@ print("the KV cache generates " + ", ".join(
 # after an untimed warm-up step. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "461f449fbbae64fbae15ccf052edb171", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "eb12d38b58faf2dafb740492787fef4b", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 import io
 
@@ -2045,8 +2164,16 @@ machine = measure_machine()
 toy_shape = Shape(sweep_cfg.n_layers, sweep_cfg.d_model, sweep_cfg.vocab_size)
 sw_policy, sw_ref, sw_critic = sw_models[:3]
 latency = calibrate_latency(
-    sw_policy, sw_ref, sw_critic, sw_prompts[:1], toy_shape, machine, epochs=4,
-    repeats=3, warmup=1, **step_fns,
+    sw_policy,
+    sw_ref,
+    sw_critic,
+    sw_prompts[:1],
+    toy_shape,
+    machine,
+    epochs=4,
+    repeats=3,
+    warmup=1,
+    **step_fns,
 )  # fmt: skip  (a warm-up step, then the median of three, for each of the four calibration steps)
 print(f"this machine: {machine.flop_rate / 1e9:.0f} GFLOP/s (fp32 matmul), {machine.bandwidth / 1e9:.1f} GB/s "
       f"(copy), compute-bound above {machine.ridge:.1f} FLOPs/byte")  # fmt: skip
@@ -2289,7 +2416,7 @@ print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_ban
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$ (an upper bound, Beirami et al., 2024); explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7d2f09e1684c1be5a4853c1b62658722", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "164f47dc4a4c1838db9064174cf9dcdf", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
 #
 # In §3 the critic has one job: a baseline $V(s_t)$ that lowers the variance of the advantage
@@ -2309,11 +2436,36 @@ print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_ban
 #   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
 #   than in the reward.
 #
-# The comparison below changes only the advantage. All three arms draw 64 responses per step (GAE:
-# 64 prompts; RLOO and GRPO: 16 prompts, $k = 4$ each), pay the same per-token KL fee in the reward
-# with a fixed $\beta = 0.3$ (so GRPO's KL sits in the reward here, not in its loss), and update
-# with the same clipped surrogate, epochs and learning rate. Each arm runs for 40 steps on three
-# seeds; the sweep is cached like §3.8's.
+# The comparison below has five arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
+# others: 16 prompts, $k = 4$ each) and runs for 40 steps on three seeds; the sweep is cached like
+# §3.8's. The first three change only the advantage, and their names say what they are:
+#
+# - **PPO: critic + GAE** is §3's algorithm with a fixed $\beta = 0.3$.
+# - **PPO-clip, RLOO advantage** and **PPO-clip, group-normalised advantage** put RLOO's and GRPO's
+#   advantages into *PPO's* update: the same per-token KL fee in the reward, four clipped epochs
+#   per batch, one token mean over the whole batch, and the advantages whitened over the batch's
+#   response tokens exactly as the GAE arm's are, so all three start from advantages of the same
+#   scale. Neither is the algorithm its paper describes. Ahmadian et al.'s RLOO is REINFORCE: one
+#   unclipped gradient step per batch. And with a token mean over the batch, GRPO's length bias
+#   (below) cannot appear.
+#
+# Two more arms follow the published objectives, with everything else (samples, epochs, clip,
+# learning rate) unchanged:
+#
+# - **GRPO as published** (Shao et al., 2024): the group-normalised advantage of the score alone,
+#   the KL to the reference as a $k_3$ term *in the loss* with coefficient $\beta$, and each
+#   response's token terms averaged within the response before averaging over responses. That
+#   per-response mean gives every token of a long response less weight than a token of a short
+#   one, in the gradient that rewards and in the one that punishes.
+# - **Dr. GRPO** (Liu et al., 2025, arXiv:2503.20783) removes the two terms its authors found
+#   biased: no division by the group's standard deviation, and no division by the response's length
+#   (the token terms are summed and divided by a constant, the batch size times the longest
+#   allowed response). The $k_3$ term stays, so that only those two terms change.
+#
+# One asymmetry remains, and it favours the critic-free arms a little: the GAE arm trains policy and
+# critic with one Adam optimiser and clips the gradient norm at 1 over *both* networks' gradients
+# together, so a large value-loss gradient shrinks the policy's step too; the other arms clip the
+# policy's gradient alone. Every arm records its mean response length per step.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ccfc5545af03543bcc8bfa65a261c1d4", "grade": false, "grade_id": "45_critic_free-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def _validate_groups(returns: torch.Tensor, k: int) -> None:
@@ -2371,7 +2523,41 @@ print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.fl
       "(no signal, no update)")  # fmt: skip
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6afc8d6f4dd861f3cbf6e151555e5aec", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7caffb9e75fa94efef228fce3eae0370", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def published_grpo_update(
+    policy: nn.Module,
+    opt: torch.optim.Optimizer,
+    roll: dict,
+    scores: torch.Tensor,  # (B,)
+    kl_coef: float,
+    k: int,
+    epochs: int,
+    clip_eps: float,
+    max_grad_norm: float,
+    max_new_tokens: int,
+    dr: bool = False,
+) -> None:
+    """``epochs`` full-batch steps of GRPO's published objective (``dr=False``: group-normalised
+    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser)."""
+    m = roll["mask"]  # (B, T-1)
+    if dr:  # no division by the group's std
+        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
+    else:
+        adv = grpo_advantages(scores, k)  # (B,)
+    budget = m.shape[0] * max_new_tokens if dr else None  # B x the longest allowed response
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for _ in range(epochs):
+        logp_new = token_log_probs(policy(roll["tokens"]), roll["tokens"]) * m  # (B, T-1)
+        loss = published_grpo_loss(
+            logp_new, roll["logp_old"], roll["logp_ref"], adv, m, kl_coef, clip_eps, budget
+        )
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        opt.step()
+
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4110022e79b7f2b2bae2127ab4b5dde2", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
     """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
     averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
@@ -2390,6 +2576,8 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
             kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
             objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
             seconds=statistics.fmean(r["seconds"] for r in runs),
+            length=statistics.fmean(statistics.fmean(r["length"][-last:]) for r in runs),
+            length_early=statistics.fmean(statistics.fmean(r["length"][:first]) for r in runs),
             critic_bytes=runs[0]["critic_bytes"],
             critic_train_bytes=runs[0]["critic_state_bytes"],
         )  # fmt: skip
@@ -2399,17 +2587,18 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
 def format_table(summary: dict, beta: float) -> str:
     """A Markdown table, one row per arm; ranges are min-max over seeds."""
     lines = [
-        f"| advantage | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
-        "| reward std, last 20 steps | s per run | critic weights | critic grads + Adam |",
+        f"| arm | reward, steps 1-10 | reward | KL (nats) | reward - {beta:g} KL "
+        "| response length, steps 1-10 / last 10 | s per run | critic weights "
+        "| critic grads + Adam |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, s in summary.items():
         lines.append(
-            f"| {arm.upper()} | {s['early']:.2f} "
+            f"| {LABELS[arm]} | {s['early']:.2f} "
             f"| {s['reward']:.2f} ({s['reward_min']:.2f}-{s['reward_max']:.2f}) "
             f"| {s['kl']:.2f} ({s['kl_min']:.2f}-{s['kl_max']:.2f}) "
             f"| {s['objective']:.2f} ({s['objective_min']:.2f}-{s['objective_max']:.2f}) "
-            f"| {s['wobble']:.2f} "
+            f"| {s['length_early']:.2f} / {s['length']:.2f} "
             f"| {s['seconds']:.1f} | {s['critic_bytes'] / 1e3:.0f} kB "
             f"| {s['critic_train_bytes'] / 1e3:.0f} kB |"
         )
@@ -2420,10 +2609,10 @@ def plot_arms(results: dict):
     """Reward and KL per step, mean over seeds with a min-max band, one colour per arm."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-    for arm, color in zip(ARMS, ("C0", "C3", "C2"), strict=True):
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C4"), strict=True):
         runs = results["runs"][arm]
-        for ax, field in zip(axes, ("reward", "kl"), strict=True):
+        for ax, field in zip(axes, ("reward", "kl", "length"), strict=True):
             data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
             steps = range(1, data.shape[1] + 1)
             ax.plot(
@@ -2431,32 +2620,43 @@ def plot_arms(results: dict):
                 data.mean(0),
                 color=color,
                 lw=1.5,
-                label=f"{arm.upper()} ({data.shape[0]} seeds)",
+                label=LABELS[arm],
             )
             ax.fill_between(
                 steps, data.min(0).values, data.max(0).values, color=color, alpha=0.2, lw=0
             )
     axes[0].set_title("mean reward (good tokens)", fontsize=10)
     axes[1].set_title("KL to the reference (per sequence)", fontsize=10)
+    axes[2].set_title("mean response length (tokens)", fontsize=10)
     for ax in axes:
         ax.set_xlabel("step (64 samples each)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-ARMS = ("gae", "rloo", "grpo")
+ARMS = ("gae", "rloo", "grpo", "grpo_published", "dr_grpo")
+
+
+LABELS = {
+    "gae": "PPO: critic + GAE",
+    "rloo": "PPO-clip, RLOO advantage",
+    "grpo": "PPO-clip, group-normalised advantage",
+    "grpo_published": "GRPO as published",
+    "dr_grpo": "Dr. GRPO",
+}
 
 
 cf_results = load_cached("critic_free")
 cf_beta = cf_results["config"]["beta"]
 cf_summary = summarise(cf_results)
 display(Markdown(format_table(cf_summary, cf_beta)))
-cf_obj = [s["objective"] for s in cf_summary.values()]
-print(
-    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three arms"
-)
+cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
+cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
+print(f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
+      f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+      f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}")  # fmt: skip
 print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
       f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
       f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
@@ -2464,44 +2664,58 @@ cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
     cf_summary[a]["seconds"] for a in ("rloo", "grpo")
 )
 print(
-    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x as long as a critic-free one"
+    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x the CPU time of a critic-free one"
 )
 print(
     f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "297cd86fcc9081fa67bccfaf527e6712", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "60ad112cafc4ca1194b33b2cc40e4940", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 show(
     plot_arms(cf_results),
-    alt="Two panels over 40 steps, mean of three seeds with min-max bands: reward (left) and KL to "
-    "the reference (right) for GAE with a critic, RLOO and GRPO. The three reward curves rise "
-    "together from about 0.5 to about 5 good tokens within 15 steps and then overlap; the KL curves "
-    "rise to about 10 nats and overlap too.",
+    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for five arms: reward, "
+    "KL to the reference and mean response length. The three arms with PPO's update (critic and "
+    "GAE, RLOO advantage, group-normalised advantage) rise together from about 0.5 to about 5 good "
+    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO as published rises more slowly "
+    "to about 3.3 at about half the KL; Dr. GRPO lies between, close to the first three. Every "
+    "arm's response length climbs from about 6 to nearly the maximum of 8 tokens.",
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d9569f792c2093afedd6aaac4e043dce", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d000841ff16ff66a564c2ef7768c67d5", "grade": false, "grade_id": "45_critic_free-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Where each wins, on this measurement (the table and the cell above give the numbers):
 #
-# - **Final quality: a tie.** With the same samples and the same KL fee, the three arms end at the
-#   same reward, KL and regularised objective, within the spread over seeds. The toy's reward is
-#   one number at the end of at most eight tokens, with nothing for token-level credit to find, so
-#   a learned $V(s_t)$ has little to add over a group baseline.
-# - **Speed per sample: no clear winner.** GAE's mean reward over the first ten steps is a little
-#   higher, but not on every seed: the spread over three seeds is as large as the gap. Whatever
-#   extra information the critic's per-token values carry, this task does not reward it.
-# - **Cost: RLOO and GRPO, clearly.** Without the critic a run is much cheaper in wall time (no
-#   critic forward, backward or optimiser step; the cell prints the ratio, and every seed agrees)
-#   and the critic's weights, gradients and Adam state are gone; at 7B that is the 112 GB the cell
-#   prints.
+# - **The three PPO-update arms: a tie.** With the same samples, the same KL fee and advantages of
+#   the same scale, they end at the same reward, KL and regularised objective, within the spread
+#   over seeds, and none is ahead over the first ten steps on every seed. The toy's reward is one
+#   number at the end of at most eight tokens, with nothing for token-level credit to find, so a
+#   learned $V(s_t)$ has little to add over a group baseline.
+# - **The published objectives optimise a different thing.** GRPO as published ends with less
+#   reward at about half the KL, and a lower value of the regularised objective the table scores
+#   every arm on. That is not a worse algorithm so much as a different regulariser: its $k_3$ term
+#   is averaged per token, and, as §5's gradient cell shows, its expected gradient is that of the
+#   reverse direction $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$, so the same $\beta$ buys a
+#   different trade. Dr. GRPO, whose summed loss weights every token alike and whose advantage is
+#   not rescaled per group, lands close to the PPO-update arms.
+# - **Length: no bias to see here.** Every arm's responses grow towards the 8-token maximum,
+#   because more tokens leave room for more `good`; the per-response mean of GRPO as published
+#   does not lengthen them further (the table's length columns). Liu et al.'s length bias needs
+#   room to show: it lets long *wrong* responses cost less per token, which matters when responses
+#   run to thousands of tokens and most of them fail, not on eight-token responses whose reward
+#   grows with their length.
+# - **Cost: the critic-free arms, clearly.** Without the critic a run is much cheaper in CPU time
+#   (no critic forward, backward or optimiser step; the cell prints the ratio, from the machine that
+#   wrote the cache) and the critic's weights, gradients and Adam state are gone; at 7B that is the
+#   112 GB the cell prints.
 #
 # What the toy cannot settle is how the estimators compare on long responses with informative
 # intermediate tokens, where a good critic can assign credit inside a response and a sequence-level
 # advantage cannot; GRPO's per-group normalisation also changes how much each prompt counts, a choice
 # this task with equal-difficulty prompts does not test. Published comparisons need the same care
 # as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
-# benchmarks, so a weak result for any method may be a weakly tuned baseline.
+# benchmarks, while Ahmadian et al. (2024) report RLOO ahead of PPO on theirs, so a weak result for
+# any method may be a weakly tuned baseline.
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97b33e6bdebb7cd48aa633d552d50c23", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production

@@ -187,6 +187,24 @@ def test_reading_html_typesets_every_formula_offline(browser, tmp_path):
     assert n_tex > 200, f"only {n_tex} formulas found"
     assert n_rendered >= n_tex and errors == [], (n_tex, n_rendered, errors)
     assert raw == [], f"raw TeX left in the page: {raw[:3]}"
+    # the reading form's navigation: a table of contents whose links reach their headings, long
+    # helper code folded away until asked for, a link to the notebook
+    toc = browser.execute_script(
+        "return [...document.querySelectorAll('nav.mlbook-toc a[href^=\"#\"]')]"
+        ".map(a => !!document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1)))"
+        " || !!document.getElementById(a.getAttribute('href').slice(1)))"
+    )
+    assert len(toc) > 20 and all(toc), toc
+    folded = browser.execute_script(
+        "return [...document.querySelectorAll('details.mlbook-helper')].map(d => [d.open, "
+        "d.querySelector('.jp-InputArea').getBoundingClientRect().height])"
+    )
+    assert len(folded) >= 4 and all(not is_open and height == 0 for is_open, height in folded), (
+        folded
+    )
+    assert browser.execute_script(
+        "return !!document.querySelector('p.mlbook-download a[download]')"
+    )
 
 
 # --------------------------------------------------------------------------- the student

@@ -234,12 +234,13 @@ REPLAY = dict(seed=0, steps=4)
 
 
 def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | None = None) -> dict:
-    """One run of ``arm`` (``gae``, ``rloo`` or ``grpo``): per-step reward and KL, its wall time,
+    """One run of ``arm`` (one of ``ARMS``): per-step reward, KL and response length, the CPU
+    seconds it took (process time: a busy, shared machine slows every arm alike),
     and the bytes the critic and its Adam state take (0 without a critic)."""
     steps = cfg.steps if steps is None else steps
     batch = cfg.prompts * cfg.k
     run = dataclasses.replace(CHAPTER_RUN, steps=steps, beta=cfg.beta, kl_target=None)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time of this process (torch runs on one thread here)
     if arm == "gae":
         policy, ref, critic, prompts, gen = build_models(seed, batch)
         history = train_ppo(
@@ -278,7 +279,7 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
         reward=reward,
         kl=kl,
         length=length,
-        seconds=time.perf_counter() - t0,
+        seconds=time.process_time() - t0,
         critic_bytes=critic_bytes,
         critic_state_bytes=state_bytes,
     )

@@ -83,7 +83,7 @@ cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
     cf_summary[a]["seconds"] for a in ("rloo", "grpo")
 )
 print(
-    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x as long as a critic-free one"
+    f"on the machine that wrote the cache, a GAE run took {cf_speed:.1f}x the CPU time of a critic-free one"
 )
 print(
     f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
@@ -121,7 +121,7 @@ show(
 #   room to show: it lets long *wrong* responses cost less per token, which matters when responses
 #   run to thousands of tokens and most of them fail, not on eight-token responses whose reward
 #   grows with their length.
-# - **Cost: the critic-free arms, clearly.** Without the critic a run is much cheaper in wall time
+# - **Cost: the critic-free arms, clearly.** Without the critic a run is much cheaper in CPU time
 #   (no critic forward, backward or optimiser step; the cell prints the ratio, from the machine that
 #   wrote the cache) and the critic's weights, gradients and Adam state are gone; at 7B that is the
 #   112 GB the cell prints.

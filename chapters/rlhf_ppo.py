@@ -1775,7 +1775,7 @@ rm_spread = max(
 print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
       f"{rm_spread:.2f} std")  # fmt: skip
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "bc8c5ad61a56a9e60a8dec78e4710454", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a3dc0958e7acc668a6f55e6fe57c8939", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cells above print the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
@@ -1798,8 +1798,9 @@ print(f"gold (proxy units) at equal KL, where all three betas get there: largest
 #   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
 #   penalty did not raise the gold score reached at a given KL, and that its effect was like
 #   stopping the run earlier on the same curve. The toy agrees: the last table reads gold at equal
-#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by little more than the seed-to-seed
-#   noise (the cell prints the largest gap), while the runs differ a lot in how far they travel.
+#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by a fraction of a standard deviation
+#   (the cell prints the largest gap), while where the runs *end* differs by several (the first
+#   table's last columns): $\beta$ chose how far along the curve each run went.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`

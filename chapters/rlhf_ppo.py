@@ -2359,9 +2359,9 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
 # policy samples, the fp32 policy scores the same tokens.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fdacbe6545f1be8ad30df1b29c4c18c7", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b9157b050b226892863f83b433fe7de9", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
-from mlbook.posttrain.samplers import precision_mismatch
+from mlbook.posttrain.systems import precision_mismatch
 
 mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
 print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "

@@ -174,7 +174,7 @@ def test_precision_mismatch_is_small_and_real():
     from mlbook_solutions.ppo_lm import train_ppo
     from mlbook_solutions.run_toy import CHAPTER_RUN
 
-    from mlbook.posttrain.samplers import precision_mismatch
+    from mlbook.posttrain.systems import precision_mismatch
     from mlbook.posttrain.toy_lm import END_ID, build_models, good_count_reward
 
     torch.manual_seed(0)

@@ -493,7 +493,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # policy samples, the fp32 policy scores the same tokens.
 
 # %% needs_answers=true demo=true
-from mlbook.posttrain.samplers import precision_mismatch
+from mlbook.posttrain.systems import precision_mismatch
 
 mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
 print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "

@@ -162,7 +162,9 @@ def test_published_objectives_by_hand():
     logp = torch.zeros(2, 3, requires_grad=True)  # ratio 1, pi = pi_ref
     adv = torch.tensor([1.0, 1.0])
     loss = cf.published_grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 0.3, 0.2)
-    assert float(loss.detach()) == pytest.approx(-1.0)  # mean over responses of (mean over tokens of -A)
+    assert float(loss.detach()) == pytest.approx(
+        -1.0
+    )  # mean over responses of (mean over tokens of -A)
     (grad,) = torch.autograd.grad(loss, logp)
     assert torch.allclose(grad * mask, torch.tensor([[-0.5, 0, 0], [-1 / 6, -1 / 6, -1 / 6]]))
     dr = cf.published_grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 0.3, 0.2, budget=8)

@@ -1013,7 +1013,7 @@ class RunLog:
         return torch.zeros(())
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "698b5052d1cebfe9d080a7261d4773c1", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e331048a02089455215a91e91ba2c0e2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 CHAPTER_RUN = PPOConfig()
 
@@ -1030,10 +1030,11 @@ history = train_ppo(
 )  # fmt: skip
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
-print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
+log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
 for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
-        print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
+        log_rows.append(f"| {i} | {h.reward:.2f} | {h.kl:.2f} | {h.clip_frac:.3f} | {h.beta:.4f} |")
+display(Markdown("\n".join(log_rows)))
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7814d1d56fd4b43fc649f914c6576da6", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
@@ -1073,7 +1074,7 @@ for row in samples:
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c5e342548da36b4ae85285fc5cd071a8", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "af2d4b80862b9bb21dcc81861448c7b8", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
@@ -1088,16 +1089,23 @@ first, last = run_log.steps[0], run_log.steps[-1]
 print("step 1, sampled by the untrained policy:")
 for row in first["tokens"][:4]:
     print("  ", decode(row))
-print(f"{'':28}{'step 1':>8}{f'step {len(history)}':>9}")
-print(f"{'good tokens per response':28}{history[0].reward:8.2f}{history[-1].reward:9.2f}")
-print(
-    f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}"
-)
-print(f"{'responses ending in <|end|>':28}{end_share[0]:8.0%}{end_share[-1]:9.0%}")
-for name in ("<|pad|>", "<|bos|>"):
-    print(
-        f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}"
+
+
+def md_code(word):
+    """A token as inline code inside a Markdown table cell (its | and <> escaped)."""
+    return (
+        "<code>" + word.replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;") + "</code>"
     )
+
+
+shape_rows = [f"| | step 1 | step {len(history)} |", "|---|---:|---:|",
+              f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
+              f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
+              f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |"]  # fmt: skip
+for name in ("<|pad|>", "<|bos|>"):
+    shape_rows.append(f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
+                      f"| {response_stats(last)[1][name]:.1%} |")  # fmt: skip
+display(Markdown("\n".join(shape_rows)))
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -1134,7 +1142,7 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "96900235b0247564c7920734f5dc6cbd", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6502557bfdfa1f9e978bcbc438ffc541", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
@@ -1148,11 +1156,11 @@ words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t score
 print(
     f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
 )
-print(f"{'t':>2} {'token':>8} {'R_t':>7} {'V(s_t)':>7} {'A_t':>7} {'G_t':>7}")
+trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    print(
-        f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}"
-    )
+    trace_rows.append(f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
+                      f"| {A[row, c]:.3f} | {G[row, c]:.3f} |")  # fmt: skip
+display(Markdown("\n".join(trace_rows)))
 show(
     plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
                    title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
@@ -1381,11 +1389,11 @@ class TinyRewardModel(nn.Module):
 # Pairs of the kind the reward model is trained on, drawn from this chapter's reference model (the
 # initial policy), with their gold scores and the label the noisy rater gave:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1c7991d85f957780174418f7f8be8bcf", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6f1a29325ce965c07539675b62109c4e", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
-for i in range(6):
+for i in range(3):
     print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
 rm_ties = float((rm_pairs.gold_margin == 0).float().mean())

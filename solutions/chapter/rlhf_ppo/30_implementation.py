@@ -307,10 +307,11 @@ history = train_ppo(
 )  # fmt: skip
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
-print(f"{'step':>4} {'reward':>7} {'KL':>6} {'clip':>6} {'beta':>7}")
+log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
 for i, h in enumerate(history, 1):
     if i % 5 == 0 or i == 1:
-        print(f"{i:4d} {h.reward:7.2f} {h.kl:6.2f} {h.clip_frac:6.3f} {h.beta:7.4f}")
+        log_rows.append(f"| {i} | {h.reward:.2f} | {h.kl:.2f} | {h.clip_frac:.3f} | {h.beta:.4f} |")
+display(Markdown("\n".join(log_rows)))
 
 # %% needs_answers=true demo=true
 peak = max(range(len(history)), key=lambda i: history[i].kl)
@@ -363,16 +364,23 @@ first, last = run_log.steps[0], run_log.steps[-1]
 print("step 1, sampled by the untrained policy:")
 for row in first["tokens"][:4]:
     print("  ", decode(row))
-print(f"{'':28}{'step 1':>8}{f'step {len(history)}':>9}")
-print(f"{'good tokens per response':28}{history[0].reward:8.2f}{history[-1].reward:9.2f}")
-print(
-    f"{'response length (tokens)':28}{history[0].response_len:8.2f}{history[-1].response_len:9.2f}"
-)
-print(f"{'responses ending in <|end|>':28}{end_share[0]:8.0%}{end_share[-1]:9.0%}")
-for name in ("<|pad|>", "<|bos|>"):
-    print(
-        f"{'response tokens = ' + name:28}{response_stats(first)[1][name]:8.1%}{response_stats(last)[1][name]:9.1%}"
+
+
+def md_code(word):
+    """A token as inline code inside a Markdown table cell (its | and <> escaped)."""
+    return (
+        "<code>" + word.replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;") + "</code>"
     )
+
+
+shape_rows = [f"| | step 1 | step {len(history)} |", "|---|---:|---:|",
+              f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
+              f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
+              f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |"]  # fmt: skip
+for name in ("<|pad|>", "<|bos|>"):
+    shape_rows.append(f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
+                      f"| {response_stats(last)[1][name]:.1%} |")  # fmt: skip
+display(Markdown("\n".join(shape_rows)))
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -422,11 +430,11 @@ words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t score
 print(
     f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
 )
-print(f"{'t':>2} {'token':>8} {'R_t':>7} {'V(s_t)':>7} {'A_t':>7} {'G_t':>7}")
+trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    print(
-        f"{t:>2} {w:>8} {R[row, c]:7.3f} {step['values'][row, c]:7.3f} {A[row, c]:7.3f} {G[row, c]:7.3f}"
-    )
+    trace_rows.append(f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
+                      f"| {A[row, c]:.3f} | {G[row, c]:.3f} |")  # fmt: skip
+display(Markdown("\n".join(trace_rows)))
 show(
     plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
                    title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),

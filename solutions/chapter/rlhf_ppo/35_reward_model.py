@@ -55,7 +55,7 @@ from mlbook.posttrain.toy_lm import GOOD_ID, PAD_ID, TinyTransformer, make_promp
 rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
-for i in range(6):
+for i in range(3):
     print(f"chosen   (gold {rm_gold_c[i]:+.1f}): {decode(rm_pairs.chosen[i])}")
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
 rm_ties = float((rm_pairs.gold_margin == 0).float().mean())

@@ -473,19 +473,25 @@ def gold_at_equal_kl(
     return out
 
 
-def _band(runs: list[dict], values: list[list[float]]):
-    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``."""
-    x = [
-        statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs)
-        for t in range(len(runs[0]["kl"]))
-    ]
+def _band(runs: list[dict], values: list[list[float]], window: int = 5):
+    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``, each smoothed
+    by a centred running mean over ``window`` steps (step means are noisy)."""
+    steps = range(len(runs[0]["kl"]))
+    x = [statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs) for t in steps]
     cols = list(zip(*values, strict=True))  # per step: one value per seed
-    return x, [statistics.fmean(c) for c in cols], [min(c) for c in cols], [max(c) for c in cols]
+    curves = [
+        x,
+        [statistics.fmean(c) for c in cols],
+        [min(c) for c in cols],
+        [max(c) for c in cols],
+    ]
+    h = window // 2
+    return [[statistics.fmean(v[max(0, t - h) : t + h + 1]) for t in steps] for v in curves]
 
 
 def plot_overoptimisation(results: dict):
     """Gold (solid) and proxy (dashed), both in the proxy's units, against sqrt(KL): per beta the
-    mean over seeds with a min-max band; right panel: the monotone-gold control."""
+    mean over seeds with a min-max band (5-step running means); right: the monotone-gold control."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)

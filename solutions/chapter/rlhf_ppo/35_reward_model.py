@@ -148,7 +148,8 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 # gold is normalised the way the proxy is: minus its mean, over its standard deviation, on the very
 # samples of the initial policy that fixed the proxy's gain and bias. The figure shows, per $\beta$,
 # the mean over the three seeds (one reward model each) with a band from the lowest to the highest
-# seed; the right panel is a control explained below.
+# seed, each smoothed by a running mean over five steps; the right panel is a control explained
+# below.
 
 # %% include="mlbook_solutions.reward_model:gold_z,summarise,gold_at_equal_kl,_band,plot_overoptimisation" tags=["nbval-check-output"]
 rm_summary = summarise(rm_results)
@@ -202,7 +203,7 @@ print(f"gold (proxy units) at equal KL, where all three betas get there: largest
 # - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
 #   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
 #   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$). The peak in the table is the
-#   largest of 60 noisy step means, so it sits a little above the curve it samples.
+#   largest of 60 noisy step means, so it sits a little above the smoothed curve of the figure.
 # - **The reversal is built in.** The toy's gold falls because the toy was written that way: past
 #   two `good` tokens each one costs gold, in a region the initial policy almost never samples, so
 #   the reward model has no data there and extrapolates "more is better". Its error is an

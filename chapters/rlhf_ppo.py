@@ -1625,7 +1625,7 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
       f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f9250496d80ad979c1211145b5428ef3", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9fdc339a2506d1d3933ea8fb3a312766", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
 # near 60 %: a large share of the initial policy's pairs tie on gold (the first cell of this
 # section printed it), and a tie is a coin flip no model can predict. Measured against the noiseless gold order, on the pairs
@@ -1643,9 +1643,10 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 # gold is normalised the way the proxy is: minus its mean, over its standard deviation, on the very
 # samples of the initial policy that fixed the proxy's gain and bias. The figure shows, per $\beta$,
 # the mean over the three seeds (one reward model each) with a band from the lowest to the highest
-# seed; the right panel is a control explained below.
+# seed, each smoothed by a running mean over five steps; the right panel is a control explained
+# below.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "15a93c84ed9442956638fd0f8904d9f4", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d6bc55f40b55c4b1ea90754a2ff4d355", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
     """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
     samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
@@ -1703,19 +1704,25 @@ def gold_at_equal_kl(
     return out
 
 
-def _band(runs: list[dict], values: list[list[float]]):
-    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``."""
-    x = [
-        statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs)
-        for t in range(len(runs[0]["kl"]))
-    ]
+def _band(runs: list[dict], values: list[list[float]], window: int = 5):
+    """Per step over seeds: mean sqrt(KL), and the mean, min and max of ``values``, each smoothed
+    by a centred running mean over ``window`` steps (step means are noisy)."""
+    steps = range(len(runs[0]["kl"]))
+    x = [statistics.fmean(math.sqrt(max(r["kl"][t], 0.0)) for r in runs) for t in steps]
     cols = list(zip(*values, strict=True))  # per step: one value per seed
-    return x, [statistics.fmean(c) for c in cols], [min(c) for c in cols], [max(c) for c in cols]
+    curves = [
+        x,
+        [statistics.fmean(c) for c in cols],
+        [min(c) for c in cols],
+        [max(c) for c in cols],
+    ]
+    h = window // 2
+    return [[statistics.fmean(v[max(0, t - h) : t + h + 1]) for t in steps] for v in curves]
 
 
 def plot_overoptimisation(results: dict):
     """Gold (solid) and proxy (dashed), both in the proxy's units, against sqrt(KL): per beta the
-    mean over seeds with a min-max band; right panel: the monotone-gold control."""
+    mean over seeds with a min-max band (5-step running means); right: the monotone-gold control."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8), sharey=True)
@@ -1783,7 +1790,7 @@ rm_spread = max(
 print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
       f"{rm_spread:.2f} std")  # fmt: skip
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a3dc0958e7acc668a6f55e6fe57c8939", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2ff69d86de07a790fa38752a2b2adc3", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cells above print the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
@@ -1794,7 +1801,7 @@ print(f"gold (proxy units) at equal KL, where all three betas get there: largest
 # - **Gold peaks at a small KL.** In every run gold first rises, peaking at a few nats; where the
 #   KL keeps growing past that, gold falls while the proxy still climbs. Gao et al. fit the gold score of RL runs with $d(\alpha - \beta \log d)$, where
 #   $d = \sqrt{\mathrm{KL}}$ (and best-of-$n$ with $d(\alpha - \beta d)$). The peak in the table is the
-#   largest of 60 noisy step means, so it sits a little above the curve it samples.
+#   largest of 60 noisy step means, so it sits a little above the smoothed curve of the figure.
 # - **The reversal is built in.** The toy's gold falls because the toy was written that way: past
 #   two `good` tokens each one costs gold, in a region the initial policy almost never samples, so
 #   the reward model has no data there and extrapolates "more is better". Its error is an
@@ -2367,7 +2374,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
 # policy samples, the fp32 policy scores the same tokens.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b9157b050b226892863f83b433fe7de9", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b9157b050b226892863f83b433fe7de9", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import precision_mismatch
 

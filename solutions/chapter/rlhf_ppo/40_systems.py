@@ -492,7 +492,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
 # policy samples, the fp32 policy scores the same tokens.
 
-# %% needs_answers=true demo=true
+# %% demo=true
 from mlbook.posttrain.systems import precision_mismatch
 
 mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,73 @@
+"""Markers by kind, applied by file, and the one graded class (``graded_class``) the course tests share.
+
+Every test gets at least one kind (pyproject.toml lists them): from ``KINDS`` by its file (a file
+not listed is ``unit``), from a marker written on the test itself, or ``notebook`` for what nbval
+collects. ``FULL`` names the tests that run only in ``make test-full`` (CI runs it after ``make
+test``); ``make test`` keeps at least one test of every kind.
+"""
+
+import pathlib
+
+import pytest
 import torch
 
 # The toy's tensors are tiny: intra-op threads only contend with each other (10x slower under load).
 torch.set_num_threads(1)
+
+KINDS = {  # file -> kinds of every test in it
+    "test_autograde.py": ("classrun", "nbgrader", "sandbox"),
+    "test_adversarial.py": ("classrun", "sandbox"),
+    "test_fairness.py": ("classrun",),
+    "test_engine.py": ("sandbox",),
+    "test_sandbox_bounds.py": ("sandbox",),
+    "test_bounds.py": ("sandbox",),
+    "test_load.py": ("sandbox",),
+    "test_browser.py": ("browser",),
+    "test_xss.py": ("browser",),
+    "test_hub.py": ("browser",),
+    "test_nbval_checks.py": ("nbgrader",),
+    "test_student_dist.py": ("slow",),
+    "test_student_work.py": ("slow",),
+    "test_ddp.py": ("slow",),
+    # compare a trained or sampled number with a stored one: rerun on torch's portable kernels
+    "test_posttrain_ppo.py": ("portable",),
+    "test_grading_catalog.py": ("portable",),
+    "test_exercises.py": ("portable",),
+    "test_reward_model.py": ("portable",),
+    "test_critic_free.py": ("portable",),
+}
+KIND_NAMES = {
+    "unit",
+    "sandbox",
+    "nbgrader",
+    "classrun",
+    "browser",
+    "notebook",
+    "slow",
+    "stress",
+    "portable",
+}
+FULL = {  # test (file::name, parameters ignored) -> why it waits for `make test-full`
+    "test_slow.py::test_ddp_torchrun_exits_cleanly_every_time": "80 s; stress kept in make test by test_ddp's",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = pathlib.Path(str(item.fspath))
+        if path.suffix == ".ipynb":
+            item.add_marker("notebook")
+        for kind in KINDS.get(path.name, ()):
+            item.add_marker(kind)
+        if not {m.name for m in item.iter_markers()} & KIND_NAMES:
+            item.add_marker("unit")
+        if f"{path.name}::{getattr(item, 'originalname', item.name)}" in FULL:
+            item.add_marker("full")
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """The shared class, graded once (tests/graded_class.py says who is in it and how it is run)."""
+    import graded_class as gc
+
+    return gc.grade(tmp_path_factory.mktemp("class") / "course")

@@ -16,6 +16,7 @@ course afterwards (nbgrader autograde of another student, a regrade) work on a c
 pages and exports are written once, into folders the run's record already excludes.
 """
 
+import ast
 import copy
 import csv
 import dataclasses
@@ -102,7 +103,7 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
         del cells[index[target]].metadata["nbgrader"]
     elif what == "fake_train_ppo":
         for cell in cells:
-            if "def train_ppo(" in cell.source:
+            if "train_ppo" in _defines(cell):
                 cell.source = (
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
@@ -120,6 +121,17 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
     for cell in cells:
         cell.pop("id", None)
     return json.dumps(nbformat.from_dict(nb))
+
+
+def _defines(cell) -> set[str]:
+    """The names a code cell defines at top level (by its syntax, not by a phrase in it)."""
+    try:
+        tree = ast.parse(cell.source) if cell.cell_type == "code" else None
+    except SyntaxError:
+        return set()
+    return {
+        n.name for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef | ast.ClassDef)
+    }
 
 
 def digest(path: pathlib.Path) -> str:

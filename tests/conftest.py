@@ -2,11 +2,13 @@
 
 Every test gets at least one kind (pyproject.toml lists them): from ``KINDS`` by its file (a file
 not listed is ``unit``), from a marker written on the test itself, or ``notebook`` for what nbval
-collects. ``FULL`` names the tests that run only in ``make test-full`` (CI runs it after ``make
-test``); ``make test`` keeps at least one test of every kind.
+collects. A test marked ``full`` (on the test itself) runs only in ``make test-full``, which CI runs
+after ``make test``; ``make test`` keeps at least one test of every kind.
 """
 
 import functools
+import json
+import os
 import pathlib
 
 import pytest
@@ -48,9 +50,6 @@ KIND_NAMES = {
     "stress",
     "portable",
 }
-FULL = {  # test (file::name, parameters ignored) -> why it waits for `make test-full`
-    "test_slow.py::test_ddp_torchrun_exits_cleanly_every_time": "80 s; stress kept in make test by test_ddp's",
-}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,8 +61,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(kind)
         if not {m.name for m in item.iter_markers()} & KIND_NAMES:
             item.add_marker("unit")
-        if f"{path.name}::{getattr(item, 'originalname', item.name)}" in FULL:
-            item.add_marker("full")
+
+
+def pytest_collection_finish(session):
+    """With MLBOOK_KINDS_TO=<file>: write every collected test's kinds there (tests/test_tiers.py reads it)."""
+    if out := os.environ.get("MLBOOK_KINDS_TO"):
+        kinds = {item.nodeid: sorted({m.name for m in item.iter_markers()} & (KIND_NAMES | {"full"}))
+                 for item in session.items}  # fmt: skip
+        pathlib.Path(out).write_text(json.dumps(kinds))
 
 
 @functools.cache

@@ -16,7 +16,6 @@ course afterwards (nbgrader autograde of another student, a regrade) work on a c
 pages and exports are written once, into folders the run's record already excludes.
 """
 
-import ast
 import copy
 import csv
 import dataclasses
@@ -35,6 +34,7 @@ from mlbook_tools import driver
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
+from nbcells import defines
 from ppo_checks import CHECKS
 
 ROOT = layout().root
@@ -103,7 +103,7 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
         del cells[index[target]].metadata["nbgrader"]
     elif what == "fake_train_ppo":
         for cell in cells:
-            if "train_ppo" in _defines(cell):
+            if cell.cell_type == "code" and "train_ppo" in defines(cell.source):
                 cell.source = (
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
@@ -121,17 +121,6 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
     for cell in cells:
         cell.pop("id", None)
     return json.dumps(nbformat.from_dict(nb))
-
-
-def _defines(cell) -> set[str]:
-    """The names a code cell defines at top level (by its syntax, not by a phrase in it)."""
-    try:
-        tree = ast.parse(cell.source) if cell.cell_type == "code" else None
-    except SyntaxError:
-        return set()
-    return {
-        n.name for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef | ast.ClassDef)
-    }
 
 
 def digest(path: pathlib.Path) -> str:

@@ -13,7 +13,8 @@ its score depends on, and nothing else:
 * the nbgrader source notebook's code cells (plain nbgrader puts back its locked cells and hidden tests);
 * the code the notebook imports from this checkout (packages ``mlbook`` and ``mlbook_solutions``;
   comments, docstrings and formatting ignored);
-* the nbgrader and torch versions.
+* the nbgrader and torch versions, and the configuration that makes a course plain nbgrader
+  (``grading.KERNEL_AUTOGRADE``: its preprocessors and cell timeout).
 
 A new style makes only its own entry stale; an edited chapter code cell makes them all stale, and
 the command above brings them back. A stale entry is never trusted: ``test_fairness`` recomputes it in
@@ -36,7 +37,7 @@ import nbformat
 import torch
 from fairness_styles import STYLES, style_notebook
 from mlbook_tools.config import layout
-from mlbook_tools.grading import read_scores, run_nbgrader, use_kernel_autograde
+from mlbook_tools.grading import KERNEL_AUTOGRADE, read_scores, run_nbgrader, use_kernel_autograde
 from nbgrader.utils import determine_grade
 from ppo_checks import CHECKS
 
@@ -57,7 +58,9 @@ def base_notebook():
 
 
 def _code_cells(nb) -> list:
-    return [(c.source, c.metadata.get("nbgrader", {})) for c in nb.cells if c.cell_type == "code"]
+    """What runs and how it is scored: each code cell's source, nbgrader metadata and extra-credit points."""
+    return [(c.source, c.metadata.get("nbgrader", {}), c.metadata.get("mlbook", {}))
+            for c in nb.cells if c.cell_type == "code"]  # fmt: skip
 
 
 def _package_code(name: str) -> str:
@@ -81,6 +84,7 @@ def shared_fingerprint() -> str:
         _code_cells(source),
         [_package_code(p) for p in PACKAGES],
         nbgrader.__version__,
+        KERNEL_AUTOGRADE,
         torch.__version__,
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

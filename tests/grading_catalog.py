@@ -16,6 +16,14 @@ from ppo_checks import CHECKS
 _ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
 SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_ppo_clip_loss"]
 VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
+# The answers this catalog writes (the core checks' parameters, less what the training loop is called
+# with) and, for each, the graded tests that call it: from the registry, never copied by hand.
+ANSWERED = [gid for gid, c in CHECKS.items() if not c.extra and gid != TRAIN]
+USES = {
+    name: [gid for gid in ANSWERED if name in CHECKS[gid].names]
+    for gid in ANSWERED
+    for name in CHECKS[gid].names
+}
 
 _SHAPED_TEMPLATE = (
     "def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"

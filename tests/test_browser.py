@@ -33,6 +33,7 @@ import pytest
 from mlbook_tools.config import layout
 from mlbook_tools.mathjax import URL as MATHJAX_URL
 from mlbook_tools.mathjax import copy_to
+from ppo_checks import CHECKS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ROOT = layout().root
@@ -414,7 +415,10 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     assert f"Student's answer: {gid}" in body
     assert browser.execute_script(RAW_MATH) == []
     rows = list(csv.DictReader((course / "grades.csv").open()))
-    assert rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) >= 2.5
+    auto_extra = sum(
+        c.points for c in CHECKS.values() if c.extra
+    )  # the graded exercises, all passed
+    assert rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) == auto_extra + 0.5
     wide = list(csv.DictReader((course / "wide.csv").open()))
     assert len(wide) == 1 and wide[0][f"rlhf_ppo:{gid}"] == "0.5"
     assert wide[0]["rlhf_ppo:timestamp"].startswith("2026-11-30T12:00") and "email" in wide[0]

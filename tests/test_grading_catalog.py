@@ -10,23 +10,11 @@ import ppo_checks
 import pytest
 from mlbook_solutions import ppo_lm
 
-CHECKS = {
-    cat.SHAPED: lambda ns: ppo_checks.check_shaped_rewards(
-        ns["shaped_rewards"], ns["last_response_index"]
-    ),
-    cat.GAE: lambda ns: ppo_checks.check_gae(ns["gae"]),
-    cat.CLIP: lambda ns: ppo_checks.check_ppo_clip_loss(ns["ppo_clip_loss"]),
-    cat.VALUE: lambda ns: ppo_checks.check_value_loss(ns["value_loss"]),
-    cat.KL: lambda ns: ppo_checks.check_kl_controller(ns["AdaptiveKLController"]),
-}
-USES = {  # which graded test depends on which symbol
-    "shaped_rewards": [cat.SHAPED],
-    "last_response_index": [cat.SHAPED],
-    "gae": [cat.GAE],
-    "ppo_clip_loss": [cat.CLIP],
-    "value_loss": [cat.VALUE],
-    "AdaptiveKLController": [cat.KL],
-}
+
+def run_check(test: str, ns: dict) -> None:
+    """The registry's check of ``test`` on the names it needs, taken from ``ns`` (a notebook namespace)."""
+    check = ppo_checks.CHECKS[test]
+    check.fn(*(ns[name] for name in check.names))
 
 
 def namespace_with(source: str) -> dict:
@@ -40,7 +28,7 @@ def namespace_with(source: str) -> dict:
 def test_wrong_answer_fails_its_test(name):
     test, _, source = cat.WRONG[name]
     with pytest.raises(AssertionError) as err:
-        CHECKS[test](namespace_with(source))
+        run_check(test, namespace_with(source))
     assert len(str(err.value)) > 20  # a message the student can act on, not a bare assert
 
 
@@ -48,16 +36,16 @@ def test_wrong_answer_fails_its_test(name):
 def test_correct_variant_passes(name):
     symbol, source = cat.CORRECT[name]
     ns = namespace_with(source)
-    for test in USES[symbol]:
-        CHECKS[test](ns)
+    for test in cat.USES[symbol]:
+        run_check(test, ns)
 
 
 def test_wrong_answer_messages_speak_the_chapter():
     _, _, source = cat.WRONG["score_on_first_response_token"]
     with pytest.raises(AssertionError, match="last response token"):
-        CHECKS[cat.SHAPED](namespace_with(source))
+        run_check(cat.SHAPED, namespace_with(source))
     with pytest.raises(AssertionError, match="clip"):
-        CHECKS[cat.KL](namespace_with(cat.WRONG["controller_without_clip"][2]))
+        run_check(cat.KL, namespace_with(cat.WRONG["controller_without_clip"][2]))
 
 
 @pytest.mark.parametrize("name", sorted(cat.WRONG_IN_TRAINING))
@@ -101,4 +89,4 @@ def test_always_equal_object_does_not_pass():
     ns = namespace_with("def last_response_index(response_mask):\n    return AlwaysEqual()\n")
     ns["AlwaysEqual"] = AlwaysEqual
     with pytest.raises(AssertionError):
-        CHECKS[cat.SHAPED](ns)
+        run_check(cat.SHAPED, ns)

@@ -19,7 +19,8 @@ SOURCE = ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"
 
 def test_registry_declares_the_six_named_tests_and_the_extra_credit():
     core = {g: c for g, c in CHECKS.items() if not c.extra}
-    assert len(core) == 6 and sum(c.points for c in core.values()) == 10
+    # the six named tests; their points are declared only by @graded (no total is copied here)
+    assert len(core) == 6 and all(c.points > 0 for c in CHECKS.values())
     assert all(g.startswith("ex") for g, c in CHECKS.items() if c.extra)
     assert CHECKS["test_train_ppo_increases_reward_with_bounded_kl"].names == (
         "train_ppo",

@@ -49,14 +49,9 @@ def run_visible(source: str, test: str) -> None:
         exec(compile(check, "<check cell>", "exec"), ns)
 
 
-SECTION = {  # answer symbol -> the graded test whose visible checks exercise it
-    "shaped_rewards": cat.SHAPED,
-    "last_response_index": cat.SHAPED,
-    "gae": cat.GAE,
-    "ppo_clip_loss": cat.CLIP,
-    "value_loss": cat.VALUE,
-    "AdaptiveKLController": cat.KL,
-}
+SECTION = {
+    symbol: tests[0] for symbol, tests in cat.USES.items()
+}  # answer -> the graded test that calls it
 
 
 def _visible_test_for(name: str) -> str:

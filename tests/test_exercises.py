@@ -12,6 +12,8 @@ import math
 import statistics
 from collections.abc import Callable
 
+import re
+
 import nbformat
 import pytest
 import torch
@@ -37,14 +39,17 @@ NB = "rlhf_ppo.ipynb"
 
 
 def _exercise_cells(folder):
-    """The cells of §7 (from its heading on) of the generated notebook in ``folder``."""
+    """The cells of §7 of the generated notebook in ``folder``: those built from the fragment
+    ``70_exercises`` (the build names each cell's grade id after its fragment), graded cells included."""
     cells = nbformat.read(folder / NB, as_version=4).cells
-    start = next(
-        i
-        for i, c in enumerate(cells)
-        if c.cell_type == "markdown" and "## 7. Exercises" in c.source
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in cells]
+    start = next(i for i, g in enumerate(ids) if g.startswith("70_exercises-"))
+    # The section ends where the next fragment's cells begin (its named cells: "75_check_your_work-0").
+    end = next(
+        (i for i in range(start, len(ids)) if re.fullmatch(r"\d+_\w+-\d+", ids[i]) and not ids[i].startswith("70_")),
+        len(ids),
     )
-    return cells[start:]
+    return cells[start:end]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,10 @@ the format and schema of ``protocol.py`` (nothing is pickled). An ``exec`` reque
 through IPython, as Jupyter does (magics, ``__future__``, ``display``, linecache for ``inspect``). A call also returns the gradient of
 its first output (summed) with respect to every input tensor that requires grad, and the names of
 the arguments the call changed in place (the driver never copies anything back: it fails the test).
+
+As in a Jupyter kernel, the working folder (the sandbox's /tmp) is on ``sys.path`` (``%%writefile
+helpers.py`` then ``import helpers``), and ``torch.compile`` falls back to eager execution where its
+compiler cannot start (no process may be started here): a correct compiled function keeps its points.
 """
 
 import json
@@ -106,6 +110,10 @@ def run_cell(namespace, cell, source, error_text):
 def main(req_fd, rep_fd):
     import inspect
 
+    # torch.compile: its C++ compiler is a new process, which the sandbox refuses; dynamo then runs
+    # the function eagerly (suppress_errors) instead of raising, and never starts compile workers
+    os.environ["TORCHDYNAMO_SUPPRESS_ERRORS"] = "1"
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     import torch
 
     torch.set_num_threads(1)
@@ -227,5 +235,5 @@ def main(req_fd, rep_fd):
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     _lower_limits(config.get("limits", {}))
-    sys.path[:0] = config.get("paths", [])
+    sys.path[:0] = ["", *config.get("paths", [])]  # "": the working folder, first, as ipykernel puts it
     main(*config["fds"])

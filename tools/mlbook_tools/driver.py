@@ -44,8 +44,12 @@ CELL_SECONDS = 20.0  # one solution cell while the namespace is built
 CALL_SECONDS = 10.0  # one call into the student's code
 CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
-WALL_FACTOR = 3.0  # wall-clock backstop = this x a budget; per submission counted from reading the file
-GRACE_SECONDS = 5.0  # past the wall backstop + grace the watchdog kills the sandbox, whatever it is doing
+WALL_FACTOR = (
+    3.0  # wall-clock backstop = this x a budget; per submission counted from reading the file
+)
+GRACE_SECONDS = (
+    5.0  # past the wall backstop + grace the watchdog kills the sandbox, whatever it is doing
+)
 SECRET_FILE = "grading_secret.txt"
 # Bounds on a submission, checked before it is parsed (past one: "too large: ...", nothing is run)
 MAX_NOTEBOOK_BYTES = 20 * 1024**2  # the file (checked before it is read whole)
@@ -82,10 +86,14 @@ def read_submission(path) -> str:
 def _check_raw(raw: bytes | str, size: int) -> None:
     """Size and cell count of the raw text (milliseconds, nothing parsed): TooLarge past a bound."""
     key = b'"cell_type"' if isinstance(raw, bytes) else '"cell_type"'
-    cells = raw[: MAX_NOTEBOOK_BYTES + 1].count(key)  # a key; inside a JSON string its quotes are escaped
+    cells = raw[: MAX_NOTEBOOK_BYTES + 1].count(
+        key
+    )  # a key; inside a JSON string its quotes are escaped
     more = "+" if size > len(raw) else ""
     if cells > MAX_CELLS:
-        raise TooLarge(f"too large: {cells}{more} cells (limit {MAX_CELLS}), {_mb(size)}; nothing was run")
+        raise TooLarge(
+            f"too large: {cells}{more} cells (limit {MAX_CELLS}), {_mb(size)}; nothing was run"
+        )
     if size > MAX_NOTEBOOK_BYTES:
         raise TooLarge(f"too large: {_mb(size)} (limit {_mb(MAX_NOTEBOOK_BYTES)}); nothing was run")
 
@@ -96,7 +104,9 @@ def _check_parsed(data) -> None:
     while stack:
         x, depth, in_output = stack.pop()
         if depth > MAX_JSON_DEPTH:
-            raise TooLarge(f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run")
+            raise TooLarge(
+                f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+            )
         if isinstance(x, dict):
             stack += [(v, depth + 1, in_output or k == "outputs") for k, v in x.items()]
         elif isinstance(x, list):
@@ -109,11 +119,19 @@ def _check_parsed(data) -> None:
             raise TooLarge(f"too large: {len(cells)} cells (limit {MAX_CELLS}); nothing was run")
         for cell in cells:
             src = cell.get("source", "") if isinstance(cell, dict) else ""
-            sources += sum(len(s) for s in src if isinstance(s, str)) if isinstance(src, list) else len(str(src))
+            sources += (
+                sum(len(s) for s in src if isinstance(s, str))
+                if isinstance(src, list)
+                else len(str(src))
+            )
     if outputs > MAX_OUTPUT_BYTES:
-        raise TooLarge(f"too large: {_mb(outputs)} of stored outputs (limit {_mb(MAX_OUTPUT_BYTES)}); nothing was run")
+        raise TooLarge(
+            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(MAX_OUTPUT_BYTES)}); nothing was run"
+        )
     if sources > MAX_SOURCE_BYTES:
-        raise TooLarge(f"too large: {_mb(sources)} of cell sources (limit {_mb(MAX_SOURCE_BYTES)}); nothing was run")
+        raise TooLarge(
+            f"too large: {_mb(sources)} of cell sources (limit {_mb(MAX_SOURCE_BYTES)}); nothing was run"
+        )
 
 
 def check_bounds(text: str) -> None:
@@ -122,9 +140,13 @@ def check_bounds(text: str) -> None:
     try:
         data = json.loads(text)
     except RecursionError:
-        raise TooLarge(f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run") from None
+        raise TooLarge(
+            f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+        ) from None
     except ValueError as err:
-        raise CannotGrade(f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})") from None
+        raise CannotGrade(
+            f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
+        ) from None
     _check_parsed(data)
 
 
@@ -304,7 +326,9 @@ class Session:
     past it + GRACE_SECONDS a watchdog kills the sandbox whatever is running. ``self.deadline`` and
     ``self.wall_deadline`` may be lowered for one check."""
 
-    def __init__(self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None):
+    def __init__(
+        self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None
+    ):
         self.plan, self.trusted, self.deadline = plan, trusted, deadline
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         if wall_deadline is None:
@@ -384,10 +408,14 @@ class Session:
             raise RunnerDied("died")
         wall = timeout * WALL_FACTOR
         try:
-            return self.runner.request(header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left))
+            return self.runner.request(
+                header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
+            )
         except RunnerDied as err:
             if str(err) == "timeout" and (left <= timeout or wall_left <= wall):
-                raise RunnerDied("budget") from None  # it was the budget that ran out, not this request's time
+                raise RunnerDied(
+                    "budget"
+                ) from None  # it was the budget that ran out, not this request's time
             raise
 
     def ensure(self):
@@ -680,7 +708,9 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     seed = check_seed(secret, student, test.grade_id)
     kept = session.deadline, session.wall_deadline
     session.deadline = min(deadline, session.clock() + CHECK_SECONDS)
-    session.wall_deadline = min(session.hard_deadline, time.monotonic() + CHECK_SECONDS * WALL_FACTOR)
+    session.wall_deadline = min(
+        session.hard_deadline, time.monotonic() + CHECK_SECONDS * WALL_FACTOR
+    )
     try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)

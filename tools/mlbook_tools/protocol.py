@@ -354,12 +354,21 @@ class Codec:
             }
         if self.keep is None:  # the driver: only data and rebuildable library types go out
             return self._encode_rebuildable(x, blobs, leaves, depth)
-        if isinstance(x, tuple):  # NamedTuple, namedtuple, torch.Size, torch.return_types: a plain tuple
-            items = tuple.__getitem__(x, slice(0, 100000))  # the stored items, whatever the class overrides
+        if isinstance(
+            x, tuple
+        ):  # NamedTuple, namedtuple, torch.Size, torch.return_types: a plain tuple
+            items = tuple.__getitem__(
+                x, slice(0, 100000)
+            )  # the stored items, whatever the class overrides
             return {TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in items]}
         if isinstance(x, list):  # a list subclass: a plain list of its stored items
-            return [self.encode(v, blobs, leaves, depth + 1) for v in list.__getitem__(x, slice(0, 100000))]
-        if isinstance(x, dict) and all(type(k) is str for k in dict.keys(x)):  # OrderedDict, defaultdict
+            return [
+                self.encode(v, blobs, leaves, depth + 1)
+                for v in list.__getitem__(x, slice(0, 100000))
+            ]
+        if isinstance(x, dict) and all(
+            type(k) is str for k in dict.keys(x)
+        ):  # OrderedDict, defaultdict
             pairs = list(dict.items(x))[:10000]
             return {DICT: [[k, self.encode(v, blobs, leaves, depth + 1)] for k, v in pairs]}
         if isinstance(

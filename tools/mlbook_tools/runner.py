@@ -235,5 +235,8 @@ def main(req_fd, rep_fd):
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     _lower_limits(config.get("limits", {}))
-    sys.path[:0] = ["", *config.get("paths", [])]  # "": the working folder, first, as ipykernel puts it
+    sys.path[:0] = [
+        "",
+        *config.get("paths", []),
+    ]  # "": the working folder, first, as ipykernel puts it
     main(*config["fds"])

@@ -545,7 +545,10 @@ class Runner:
                 if argv[0] == python:
                     self._pid = pid
                     return pid
-                todo += [int(c) for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+                todo += [
+                    int(c)
+                    for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                ]
             except (OSError, ValueError, IndexError):
                 continue
         return None
@@ -556,7 +559,10 @@ class Runner:
         pid = self._runner_pid()
         if pid is not None:
             try:
-                delay = int(pathlib.Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
+                delay = (
+                    int(pathlib.Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1])
+                    / 1e9
+                )
             except (OSError, ValueError, IndexError):
                 pass
         if self.cgroup is not None:
@@ -579,7 +585,9 @@ class Runner:
         return max(wall - max(delay, 0.0), cpu, 0.0)
 
     # ------------------------------------------------------------------ framing
-    def request(self, header: dict, blobs=(), timeout: float = 30, wall_timeout: float | None = None):
+    def request(
+        self, header: dict, blobs=(), timeout: float = 30, wall_timeout: float | None = None
+    ):
         """Send one request, return (validated header, blobs). Any failure: the runner is closed, RunnerDied.
 
         ``timeout`` bounds the seconds CHARGED to the sandbox (``_charged``: its own CPU time, or the time it

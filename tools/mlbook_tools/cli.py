@@ -186,7 +186,8 @@ def print_report(result: dict) -> None:
     if result.get("error"):
         print(f"cannot grade this file: {printable(result['error'])}")
     for problem in result.get("problems", []):
-        print(f"note: {printable(problem)}")
+        if problem != result.get("error"):  # a refused file ("too large: ...") is said once, above
+            print(f"note: {printable(problem)}")
     for name, g in result["grades"].items():
         mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
         print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")

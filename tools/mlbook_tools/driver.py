@@ -34,7 +34,7 @@ import nbformat
 import torch
 
 from mlbook_tools import protocol
-from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
+from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied, SandboxUnavailable
 
 EXTRA_PREFIX = "ex"
 # Budgets, in seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
@@ -44,12 +44,9 @@ CELL_SECONDS = 20.0  # one solution cell while the namespace is built
 CALL_SECONDS = 10.0  # one call into the student's code
 CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
-WALL_FACTOR = (
-    3.0  # wall-clock backstop = this x a budget; per submission counted from reading the file
-)
-GRACE_SECONDS = (
-    5.0  # past the wall backstop + grace the watchdog kills the sandbox, whatever it is doing
-)
+WALL_FACTOR = 3.0  # wall-clock backstop = this x a budget (per submission: from reading the file)
+START_SECONDS = 60.0  # wall clock for a sandbox to start (bubblewrap, import torch)
+GRACE_SECONDS = 5.0  # past the wall backstop + grace the watchdog kills the sandbox
 SECRET_FILE = "grading_secret.txt"
 # Bounds on a submission, checked before it is parsed (past one: "too large: ...", nothing is run)
 MAX_NOTEBOOK_BYTES = 20 * 1024**2  # the file (checked before it is read whole)
@@ -357,7 +354,15 @@ class Session:
             self.spent += self.runner.charged
             self.runner = None
         kill_at = None if math.isinf(self.hard_deadline) else self.hard_deadline + GRACE_SECONDS
-        self.runner = Runner(trusted=self.trusted, kill_at=kill_at)
+        start = min(
+            START_SECONDS, self.hard_deadline - time.monotonic()
+        )  # a start ends at the backstop too
+        try:
+            self.runner = Runner(trusted=self.trusted, start_timeout=start, kill_at=kill_at)
+        except SandboxUnavailable:
+            if start < START_SECONDS and time.monotonic() >= self.hard_deadline:
+                raise RunnerDied("budget") from None  # the backstop, not the sandbox, stopped it
+            raise
 
     def _build(self):
         while True:

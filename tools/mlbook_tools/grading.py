@@ -153,7 +153,7 @@ class SandboxedExecute(Preprocessor):
 
         t0 = (
             time.monotonic()
-        )  # the wall-clock backstop counts from here (BoundedNotebookExporter read the file)
+        )  # the wall-clock backstop counts from here (the exporter read the file)
         budget = self.budget or driver.BUDGET_SECONDS
         info = resources["nbgrader"]
         course = (
@@ -161,22 +161,19 @@ class SandboxedExecute(Preprocessor):
         )  # autograded/<student>/<id>
         if not (course / "source").is_dir():
             course = pathlib.Path.cwd()
+        mine = nb.metadata.get("mlbook")
+        refused = (
+            mine.get(REFUSED) if isinstance(mine, dict) else None
+        )  # BoundedNotebookExporter's mark
         trusted = sandbox.trusted_mode()
-        why = None if trusted else sandbox.check_available()
+        why = None if trusted or refused else sandbox.check_available()
         if why:
             raise sandbox.SandboxUnavailable(
                 f"{why}\nnbgrader autograde stopped: in this course it grades only through the sandbox. "
                 "Run `mlbook grade-class` (it says the same) or, for trusted files only, set MLBOOK_TRUSTED=1."
             )
         source_nb, checks, secret = load_course(course, info["assignment"])
-        refused = (
-            nb.metadata.get("mlbook", {}).get(REFUSED)
-            if isinstance(nb.metadata.get("mlbook"), dict)
-            else None
-        )
-        if (
-            refused
-        ):  # BoundedNotebookExporter put the course's release here in place of the submission
+        if refused:  # the course's release stands in for a submission past a bound: nothing is run
             result = refused_result(source_nb, driver.TooLarge(str(refused)))
         else:
             result, _ = grade_submission(nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted,
@@ -195,7 +192,7 @@ class SandboxedExecute(Preprocessor):
                 message = _cap(got["message"] if got else "not graded")
                 cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
                                                        traceback=[f"AssertionError: {message}"])]  # fmt: skip
-        notes = ([result["error"]] if result.get("error") else []) + result.get("problems", [])
+        notes = [n for n in dict.fromkeys([result.get("error"), *result.get("problems", [])]) if n]
         if notes:
             nb.cells.insert(
                 0,

@@ -641,7 +641,11 @@ def record(
         )  # as nbgrader collects it
         try:  # the student's client writes it: one that does not parse is ignored, never fatal
             when = (
-                {"timestamp": parse_utc(stamp.read_text(errors="replace").strip())}
+                {
+                    "timestamp": parse_utc(
+                        stamp.open("rb").read(200).decode(errors="replace").strip()
+                    )
+                }
                 if stamp.is_file()
                 else {}
             )

@@ -193,7 +193,8 @@ def test_no_combination_of_cells_and_attribute_reads_exceeds_the_budget():
     t0 = time.monotonic()
     with pytest.raises(sandbox.RunnerDied):
         driver.Session(plan, trusted=False, deadline=t0 + 6)
-    assert time.monotonic() - t0 < 6 + driver.GRACE_SECONDS + 1
+    # 6 s charged (sleep is charged); the wall-clock bound is the backstop (a busy machine's start-up)
+    assert time.monotonic() - t0 < 6 * driver.WALL_FACTOR + driver.GRACE_SECONDS + 1
     slow = "import time\n\nclass Slow:\n    @property\n    def beta(self):\n        time.sleep(0.5)\n        return 1.0\n\ndef make():\n    return Slow()\n"  # fmt: skip
     s = driver.Session(
         driver.Plan([("slow", slow, False)], [], [], {}), trusted=False, deadline=float("inf")

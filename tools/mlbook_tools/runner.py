@@ -14,6 +14,7 @@ helpers.py`` then ``import helpers``), and ``torch.compile`` falls back to eager
 compiler cannot start (no process may be started here): a correct compiled function keeps its points.
 """
 
+import functools
 import json
 import os
 import resource
@@ -110,11 +111,21 @@ def run_cell(namespace, cell, source, error_text):
 def main(req_fd, rep_fd):
     import inspect
 
-    # torch.compile: its C++ compiler is a new process, which the sandbox refuses; dynamo then runs
-    # the function eagerly (suppress_errors) instead of raising, and never starts compile workers
+    # torch.compile: inductor's C++ compiler is a new process, which the sandbox refuses. Dynamo still
+    # traces (a graph break under fullgraph=True fails as in a kernel), the graph then runs eagerly;
+    # any other compiler failure falls back to eager execution (suppress_errors), never to an error.
     os.environ["TORCHDYNAMO_SUPPRESS_ERRORS"] = "1"
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     import torch
+
+    real_compile = torch.compile
+
+    def compile_here(model=None, *, backend="inductor", mode=None, options=None, **kw):
+        if backend == "inductor":  # mode and options are inductor's own settings
+            backend, mode, options = "eager", None, None
+        return real_compile(model, backend=backend, mode=mode, options=options, **kw)
+
+    torch.compile = functools.wraps(real_compile)(compile_here)
 
     torch.set_num_threads(1)
     namespace = {"__name__": "__main__"}

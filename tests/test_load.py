@@ -77,9 +77,10 @@ def test_the_same_grades_with_every_core_busy(tmp_path):
             proc.wait()
     print("\nscores (as is == under load):", as_is)
     assert loaded == as_is
-    # and they are what each entry earned: the correct notebook everything, the others lose theirs
-    full = {g: s for g, s in as_is["correct"].items()}
+    # and they are what each entry earned: the correct notebook everything, the others lose their core
+    # tests named in the catalog (extra credit may go too when a slow entry spends the whole budget)
+    full = as_is["correct"]
     assert all(s > 0 for s in full.values())
     for name in ENTRIES:
-        lost = {g for g, s in as_is[name].items() if s < full[g]}
+        lost = {g for g, s in as_is[name].items() if s < full[g] and not g.startswith("ex")}
         assert lost == set(adv.ENTRIES[name]["lost"]), (name, lost)

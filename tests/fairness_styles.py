@@ -445,9 +445,11 @@ _COMPILED_CALL_FORM = """def _eager_td_error(r, v, v_next, gamma):
 
 _td_error = torch.compile(_eager_td_error, dynamic=True)
 """
+# gamma as a tensor: a Python float is a constant of the graph, and the checks' many gammas would hit
+# dynamo's recompile limit, a hard error under fullgraph=True (in a kernel too)
 _COMPILED_FULLGRAPH = """@torch.compile(fullgraph=True)
-def _td_error(r, v, v_next, gamma: float):
-    return torch.addcmul(r - v, v_next, torch.full_like(v_next, gamma))
+def _td_error(r, v, v_next, gamma):
+    return torch.addcmul(r - v, v_next, gamma)
 """
 
 STYLES.update(
@@ -479,7 +481,9 @@ STYLES.update(
             "added": [("shaped_rewards", _COMPILED_CALL_FORM)],
         },
         "@torch.compile(fullgraph=True) helper": {
-            "cells": {"gae": _gae("_td_error")},
+            "cells": {
+                "gae": _gae("_td_error").replace("float(gamma)", "rewards.new_tensor(gamma)")
+            },
             "added": [("shaped_rewards", _COMPILED_FULLGRAPH)],
         },
     }

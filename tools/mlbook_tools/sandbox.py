@@ -595,7 +595,7 @@ class Runner:
         change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops."""
         if self.dead:
             raise RunnerDied("died")
-        wall_deadline = time.monotonic() + max(timeout, wall_timeout or 0.0)
+        wall_deadline = time.monotonic() + (timeout if wall_timeout is None else wall_timeout)
         if self.kill_at is not None:
             wall_deadline = min(wall_deadline, self.kill_at)
         s0 = None

@@ -445,11 +445,19 @@ _COMPILED_CALL_FORM = """def _eager_td_error(r, v, v_next, gamma):
 
 _td_error = torch.compile(_eager_td_error, dynamic=True)
 """
-# gamma as a tensor: a Python float is a constant of the graph, and the checks' many gammas would hit
-# dynamo's recompile limit, a hard error under fullgraph=True (in a kernel too)
-_COMPILED_FULLGRAPH = """@torch.compile(fullgraph=True)
-def _td_error(r, v, v_next, gamma):
-    return torch.addcmul(r - v, v_next, gamma)
+# (not fullgraph=True: a kernel that has compiled a function for more shapes than dynamo's recompile
+# limit stops with a hard error there, so it depends on the cells run before, in a kernel too)
+_COMPILED_KL_FEE = """@torch.compile(dynamic=False)
+def _kl_fee(logp_policy, logp_ref, response_mask, beta: float):
+    return -beta * (logp_policy - logp_ref) * response_mask
+"""
+_SHAPED_COMPILED = """def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):
+    validate_per_token(response_mask, logp_policy=logp_policy, logp_ref=logp_ref)
+    validate_scores(scores, response_mask.shape[0])
+    rewards = _kl_fee(logp_policy, logp_ref, response_mask, beta)
+    last = last_response_index(response_mask)
+    bonus = torch.zeros_like(rewards).scatter(1, last[:, None], scores.to(rewards.dtype)[:, None])
+    return rewards + bonus
 """
 
 STYLES.update(
@@ -480,11 +488,8 @@ STYLES.update(
             "cells": {"gae": _gae("_td_error")},
             "added": [("shaped_rewards", _COMPILED_CALL_FORM)],
         },
-        "@torch.compile(fullgraph=True) helper": {
-            "cells": {
-                "gae": _gae("_td_error").replace("float(gamma)", "rewards.new_tensor(gamma)")
-            },
-            "added": [("shaped_rewards", _COMPILED_FULLGRAPH)],
+        "@torch.compile(dynamic=False) helper of shaped_rewards": {
+            "cells": {"shaped_rewards": _COMPILED_KL_FEE + "\n\n" + _SHAPED_COMPILED},
         },
     }
 )

@@ -10,6 +10,7 @@ and earn `extra_credit`, so formgrader shows a full-marks student as 10 (+ extra
 
 from mlbook_tools.grading import (
     CODE_STUB,
+    BoundedNotebookExporter,
     CapOutputs,
     CoreExtraCsvExport,
     CoreExtraSummary,
@@ -36,7 +37,9 @@ c.CourseDirectory.ignore = [
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# `nbgrader autograde` / the Autograde button: the sandboxed engine in place of nbgrader's kernel.
+# `nbgrader autograde` / the Autograde button: the sandboxed engine in place of nbgrader's kernel;
+# a submission is bounded (size, cells, outputs, nesting) before nbgrader parses it.
+c.Autograde.exporter_class = BoundedNotebookExporter
 c.Autograde.autograde_preprocessors = [
     SandboxedExecute,
     "nbgrader.preprocessors.LimitOutput",

@@ -359,3 +359,137 @@ def style_notebook(base, style: dict):
                 )  # a cell the student added: no metadata
     nb.cells = cells
     return nb
+
+
+# ---------------------------------------------------------------------- issue 24: three more styles
+# Results in a tuple subclass (typing.NamedTuple, collections.namedtuple) or a list subclass: the
+# checks receive them as plain tuples and lists, as they unpack them in a kernel.
+_GAE_BODY = """    validate_per_token(response_mask, rewards=rewards, values=values)
+    advantages = torch.zeros_like(rewards)
+    carry = rewards.new_zeros(rewards.shape[0])
+    value_after = rewards.new_zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        m = response_mask[:, t].to(rewards.dtype)
+        carry = m * (rewards[:, t] + gamma * value_after - values[:, t] + gamma * lam * carry)
+        advantages[:, t] = carry
+        value_after = m * values[:, t]
+"""
+_GAE_SIG = "def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):\n"
+
+_GAE_TYPED_NAMEDTUPLE = (
+    "from typing import NamedTuple\n\n\nclass GAEResult(NamedTuple):\n    advantages: torch.Tensor\n"
+    "    returns: torch.Tensor\n\n\n"
+    + _GAE_SIG
+    + _GAE_BODY
+    + "    return GAEResult(advantages, (advantages + values) * response_mask)\n"
+)
+_GAE_LIST_SUBCLASS = (
+    'class Pair(list):\n    """A list that names its two items."""\n\n    @property\n    def first(self):\n'
+    "        return self[0]\n\n\n"
+    + _GAE_SIG
+    + _GAE_BODY
+    + "    return Pair([advantages, (advantages + values) * response_mask])\n"
+)
+_CLIP_NAMEDTUPLE = """import collections
+
+ClipResult = collections.namedtuple("ClipResult", ["loss", "clip_frac"])
+
+
+def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
+    validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
+    ratio = torch.exp(logp_new - logp_old)
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)
+    return ClipResult(-masked_mean(surrogate, response_mask), float(masked_mean(outside, response_mask)))
+"""
+_CLIP_TYPED_NAMEDTUPLE_METHODS = """from typing import NamedTuple
+
+
+class ClipResult(NamedTuple):
+    loss: torch.Tensor
+    clip_frac: float
+
+    def describe(self) -> str:
+        return f"loss {float(self.loss):.4f}, clipped {100 * self.clip_frac:.1f} %"
+
+
+def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
+    validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
+    ratio = torch.exp(logp_new - logp_old)
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)
+    return ClipResult(-masked_mean(surrogate, response_mask), float(masked_mean(outside, response_mask)))
+"""
+
+# A helper module the notebook writes itself, imported from the working folder (on sys.path in ipykernel).
+_WRITE_HELPERS = '''%%writefile ppo_helpers.py
+"""Helpers of my PPO notebook."""
+
+
+def td_error(r, v, v_next, gamma):
+    return r + gamma * v_next - v
+'''
+_MAKE_PACKAGE = (
+    "import os\n\nos.makedirs('myppo', exist_ok=True)\nopen('myppo/__init__.py', 'w').close()\n"
+)
+_WRITE_PACKAGE_MODULE = "%%writefile myppo/steps.py\ndef td_error(r, v, v_next, gamma):\n    return r + gamma * v_next - v\n"
+
+# torch.compile on correct code (eager where its compiler cannot start)
+_COMPILED_HELPER = """@torch.compile
+def _td_error(r, v, v_next, gamma: float):
+    return r + gamma * v_next - v
+"""
+_COMPILED_CALL_FORM = """def _eager_td_error(r, v, v_next, gamma):
+    return r + gamma * v_next - v
+
+
+_td_error = torch.compile(_eager_td_error, dynamic=True)
+"""
+# (not fullgraph=True: a kernel that has compiled a function for more shapes than dynamo's recompile
+# limit stops with a hard error there, so it depends on the cells run before, in a kernel too)
+_COMPILED_KL_FEE = """@torch.compile(dynamic=False)
+def _kl_fee(logp_policy, logp_ref, response_mask, beta: float):
+    return -beta * (logp_policy - logp_ref) * response_mask
+"""
+_SHAPED_COMPILED = """def shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):
+    validate_per_token(response_mask, logp_policy=logp_policy, logp_ref=logp_ref)
+    validate_scores(scores, response_mask.shape[0])
+    rewards = _kl_fee(logp_policy, logp_ref, response_mask, beta)
+    last = last_response_index(response_mask)
+    bonus = torch.zeros_like(rewards).scatter(1, last[:, None], scores.to(rewards.dtype)[:, None])
+    return rewards + bonus
+"""
+
+STYLES.update(
+    {
+        "typing.NamedTuple result": {"cells": {"gae": _GAE_TYPED_NAMEDTUPLE}},
+        "collections.namedtuple result": {"cells": {"ppo_clip_loss": _CLIP_NAMEDTUPLE}},
+        "NamedTuple result with methods": {
+            "cells": {"ppo_clip_loss": _CLIP_TYPED_NAMEDTUPLE_METHODS}
+        },
+        "list subclass result": {"cells": {"gae": _GAE_LIST_SUBCLASS}},
+        "%%writefile helper module, import": {
+            "cells": {"gae": "import ppo_helpers\n\n\n" + _gae("ppo_helpers.td_error")},
+            "added": [("shaped_rewards", _WRITE_HELPERS)],
+        },
+        "%%writefile helper module, from-import": {
+            "cells": {"gae": "from ppo_helpers import td_error as _step\n\n\n" + _gae("_step")},
+            "added": [("shaped_rewards", _WRITE_HELPERS)],
+        },
+        "%%writefile helper package": {
+            "cells": {"gae": "from myppo.steps import td_error\n\n\n" + _gae("td_error")},
+            "added": [("shaped_rewards", _MAKE_PACKAGE), ("shaped_rewards", _WRITE_PACKAGE_MODULE)],
+        },
+        "@torch.compile helper": {
+            "cells": {"gae": _gae("_td_error")},
+            "added": [("shaped_rewards", _COMPILED_HELPER)],
+        },
+        "torch.compile(fn) call form": {
+            "cells": {"gae": _gae("_td_error")},
+            "added": [("shaped_rewards", _COMPILED_CALL_FORM)],
+        },
+        "@torch.compile(dynamic=False) helper of shaped_rewards": {
+            "cells": {"shaped_rewards": _COMPILED_KL_FEE + "\n\n" + _SHAPED_COMPILED},
+        },
+    }
+)

@@ -68,9 +68,14 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
     try:
         import nbformat
 
-        text = pathlib.Path(path).read_text(errors="replace")
-        result, plan = grading.grade_submission(text, source_nb, checks, secret, student,
-                                                trusted=init["trusted"], budget=init["budget"])  # fmt: skip
+        wall = t0 + init["budget"] * driver.WALL_FACTOR  # the backstop counts from reading the file
+        try:
+            text = driver.read_submission(path)  # bounded before it is read whole or parsed
+        except driver.TooLarge as err:
+            result, plan = grading.refused_result(source_nb, err), None
+        else:
+            result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
+                                                    budget=init["budget"], wall_deadline=wall)  # fmt: skip
         notebook = grading.autograded_notebook(source_nb, plan, result)
         result["notebook"] = nbformat.writes(notebook)
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
@@ -189,6 +194,14 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
             worker.stop()
 
 
+def _head(path: pathlib.Path) -> bytes:
+    """The file's bytes up to one past the bound, and its size: what a grading of it reads."""
+    with open(path, "rb") as fh:
+        return (
+            fh.read(driver.MAX_NOTEBOOK_BYTES + 1) + f"\0{os.fstat(fh.fileno()).st_size}".encode()
+        )
+
+
 def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
     h = hashlib.sha256()
     engine = sorted(pathlib.Path(driver.__file__).parent.glob("*.py"))  # the grader's own code
@@ -227,7 +240,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     jobs, results = [], {}
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
-        fp = _fingerprint(nb_path.read_bytes(), checks_path, source)
+        fp = _fingerprint(_head(nb_path), checks_path, source)
         state = state_dir / f"{student}.json"
         if not force and state.exists():
             try:
@@ -253,7 +266,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
     init = {"course": str(course), "assignment": assignment, "trusted": trusted, "budget": budget,
             "limits": limits or {}}  # fmt: skip
-    timeout = budget + driver.GRACE_SECONDS + WORKER_SLACK
+    timeout = budget * driver.WALL_FACTOR + driver.GRACE_SECONDS + WORKER_SLACK
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for student, path, fp in jobs:

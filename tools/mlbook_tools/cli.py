@@ -67,7 +67,8 @@ def _main(argv: list[str] | None = None) -> int:
         "--timeout",
         type=int,
         default=None,
-        help="wall-clock budget for the whole notebook in seconds",
+        help="budget for the whole notebook: seconds of the sandbox's own time (CPU, or running or "
+        "sleeping; not waiting for a busy machine's CPUs); the wall-clock backstop is 3x it",
     )
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument(
@@ -86,7 +87,12 @@ def _main(argv: list[str] | None = None) -> int:
     c.add_argument(
         "--force", action="store_true", help="regrade submissions already graded and unchanged"
     )
-    c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per submission")
+    c.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds of the sandbox's own time per submission (see grade --timeout; backstop 3x)",
+    )
     c.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
     )
@@ -186,7 +192,8 @@ def print_report(result: dict) -> None:
     if result.get("error"):
         print(f"cannot grade this file: {printable(result['error'])}")
     for problem in result.get("problems", []):
-        print(f"note: {printable(problem)}")
+        if problem != result.get("error"):  # a refused file ("too large: ...") is said once, above
+            print(f"note: {printable(problem)}")
     for name, g in result["grades"].items():
         mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
         print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")

@@ -21,6 +21,7 @@ import hmac
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import re
 import secrets
@@ -33,19 +34,117 @@ import nbformat
 import torch
 
 from mlbook_tools import protocol
-from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied
+from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied, SandboxUnavailable
 
 EXTRA_PREFIX = "ex"
+# Budgets, in seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
+# time it ran or slept inside a request, never time it waited for a CPU held by other processes, so a
+# busy machine does not change a grade. Each has a wall-clock backstop WALL_FACTOR times larger.
 CELL_SECONDS = 20.0  # one solution cell while the namespace is built
 CALL_SECONDS = 10.0  # one call into the student's code
 CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
 BUDGET_SECONDS = 300.0  # one submission, all checks
-GRACE_SECONDS = 5.0  # past budget + grace the watchdog kills the sandbox, whatever it is doing
+WALL_FACTOR = 3.0  # wall-clock backstop = this x a budget (per submission: from reading the file)
+START_SECONDS = 60.0  # wall clock for a sandbox to start (bubblewrap, import torch)
+GRACE_SECONDS = 5.0  # past the wall backstop + grace the watchdog kills the sandbox
 SECRET_FILE = "grading_secret.txt"
+# Bounds on a submission, checked before it is parsed (past one: "too large: ...", nothing is run)
+MAX_NOTEBOOK_BYTES = 20 * 1024**2  # the file (checked before it is read whole)
+MAX_CELLS = 2000  # cells (counted in the raw text first, then exactly)
+MAX_OUTPUT_BYTES = 16 * 1024**2  # text of every stored output together
+MAX_SOURCE_BYTES = 4 * 1024**2  # every cell's source together (code is sent to the sandbox and run)
+MAX_JSON_DEPTH = 64  # nesting of the notebook's JSON
 
 
 class CannotGrade(Exception):
     """The file cannot be graded at all (not a notebook, wrong assignment)."""
+
+
+class TooLarge(CannotGrade):
+    """The file is past one of the MAX_* bounds: refused before it is parsed or run."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1024**2:.1f} MB"
+
+
+def read_submission(path) -> str:
+    """The text of a submission file; a file past MAX_NOTEBOOK_BYTES is refused without reading it whole."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(MAX_NOTEBOOK_BYTES + 1)
+    except OSError as err:
+        raise CannotGrade(f"cannot read {path}: {err}") from None
+    _check_raw(head, size)
+    return head.decode("utf-8", errors="replace")
+
+
+def _check_raw(raw: bytes | str, size: int) -> None:
+    """Size and cell count of the raw text (milliseconds, nothing parsed): TooLarge past a bound."""
+    key = b'"cell_type"' if isinstance(raw, bytes) else '"cell_type"'
+    cells = raw[: MAX_NOTEBOOK_BYTES + 1].count(
+        key
+    )  # a key; inside a JSON string its quotes are escaped
+    more = "+" if size > len(raw) else ""
+    if cells > MAX_CELLS:
+        raise TooLarge(
+            f"too large: {cells}{more} cells (limit {MAX_CELLS}), {_mb(size)}; nothing was run"
+        )
+    if size > MAX_NOTEBOOK_BYTES:
+        raise TooLarge(f"too large: {_mb(size)} (limit {_mb(MAX_NOTEBOOK_BYTES)}); nothing was run")
+
+
+def _check_parsed(data) -> None:
+    """Nesting, exact cell count, output and source bytes of the parsed JSON: TooLarge past a bound."""
+    stack, outputs, sources = [(data, 0, False)], 0, 0
+    while stack:
+        x, depth, in_output = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise TooLarge(
+                f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+            )
+        if isinstance(x, dict):
+            stack += [(v, depth + 1, in_output or k == "outputs") for k, v in x.items()]
+        elif isinstance(x, list):
+            stack += [(v, depth + 1, in_output) for v in x]
+        elif isinstance(x, str) and in_output:
+            outputs += len(x)
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if isinstance(cells, list):
+        if len(cells) > MAX_CELLS:
+            raise TooLarge(f"too large: {len(cells)} cells (limit {MAX_CELLS}); nothing was run")
+        for cell in cells:
+            src = cell.get("source", "") if isinstance(cell, dict) else ""
+            sources += (
+                sum(len(s) for s in src if isinstance(s, str))
+                if isinstance(src, list)
+                else len(str(src))
+            )
+    if outputs > MAX_OUTPUT_BYTES:
+        raise TooLarge(
+            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(MAX_OUTPUT_BYTES)}); nothing was run"
+        )
+    if sources > MAX_SOURCE_BYTES:
+        raise TooLarge(
+            f"too large: {_mb(sources)} of cell sources (limit {_mb(MAX_SOURCE_BYTES)}); nothing was run"
+        )
+
+
+def check_bounds(text: str) -> None:
+    """Every MAX_* bound of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
+    _check_raw(text, len(text))
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise TooLarge(
+            f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+        ) from None
+    except ValueError as err:
+        raise CannotGrade(
+            f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
+        ) from None
+    _check_parsed(data)
 
 
 # ------------------------------------------------------------------------------- the course secret
@@ -132,6 +231,7 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
     are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
     """
     problems = []
+    check_bounds(submission_text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
@@ -216,27 +316,53 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
 class Session:
     """A sandboxed runner holding the student's namespace; restarted (cells replayed) after a crash or hang.
 
-    ``deadline`` (time.monotonic) is the submission's budget: every cell, call and attribute read
-    checks it first and gets at most what is left (no floor); past ``deadline + GRACE_SECONDS`` a
-    watchdog kills the sandbox whatever is running. ``self.deadline`` may be lowered for one check."""
+    ``deadline`` is the submission's budget on the session's clock (``clock()``: time.monotonic() at the
+    start plus the seconds charged to the sandbox since, so a busy machine does not spend it): every
+    cell, call and attribute read checks it first and gets at most what is left (no floor).
+    ``wall_deadline`` (time.monotonic, default WALL_FACTOR x the budget) is the wall-clock backstop;
+    past it + GRACE_SECONDS a watchdog kills the sandbox whatever is running. ``self.deadline`` and
+    ``self.wall_deadline`` may be lowered for one check."""
 
-    def __init__(self, plan: Plan, trusted: bool, deadline: float):
+    def __init__(
+        self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None
+    ):
         self.plan, self.trusted, self.deadline = plan, trusted, deadline
-        self.hard_deadline = deadline  # never moves (self.deadline may be lowered for one check)
+        self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
+        if wall_deadline is None:
+            wall_deadline = self.t0 + (deadline - self.t0) * WALL_FACTOR
+        self.wall_deadline = self.hard_deadline = wall_deadline  # hard_deadline never moves
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
         self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)
         self.restarts = 0
         self._build()
 
+    def clock(self) -> float:
+        return self.t0 + self.spent + (self.runner.charged if self.runner else 0.0)
+
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        """Charged seconds left of the budget."""
+        return self.deadline - self.clock()
+
+    def out_of_time(self) -> bool:
+        return self.left() <= 0 or time.monotonic() >= self.wall_deadline
 
     def _start(self):
-        if self.hard_deadline - time.monotonic() <= 0:
+        if self.hard_deadline - time.monotonic() <= 0 or self.deadline - self.clock() <= 0:
             raise RunnerDied("budget")
+        if self.runner is not None:
+            self.spent += self.runner.charged
+            self.runner = None
         kill_at = None if math.isinf(self.hard_deadline) else self.hard_deadline + GRACE_SECONDS
-        self.runner = Runner(trusted=self.trusted, kill_at=kill_at)
+        start = min(
+            START_SECONDS, self.hard_deadline - time.monotonic()
+        )  # a start ends at the backstop too
+        try:
+            self.runner = Runner(trusted=self.trusted, start_timeout=start, kill_at=kill_at)
+        except SandboxUnavailable:
+            if start < START_SECONDS and time.monotonic() >= self.hard_deadline:
+                raise RunnerDied("budget") from None  # the backstop, not the sandbox, stopped it
+            raise
 
     def _build(self):
         while True:
@@ -270,26 +396,31 @@ class Session:
             except RunnerDied:
                 self.runner.close()  # every error path: nothing of this runner survives
                 self.restarts += 1
-                if self.restarts > 6 or self.left() <= 0:
+                if self.restarts > 6 or self.out_of_time():
                     raise
             except BaseException:
                 self.runner.close()
                 raise
 
     def request(self, header: dict, timeout: float, blobs=()):
-        """One request under the deadline: RunnerDied("budget") without sending when no time is left."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
+        """One request under the deadlines: RunnerDied("budget") without sending when no time is left.
+
+        ``timeout`` is charged seconds; its wall-clock backstop is WALL_FACTOR times longer."""
+        left, wall_left = self.deadline - self.clock(), self.wall_deadline - time.monotonic()
+        if left <= 0 or wall_left <= 0:
             raise RunnerDied("budget")
         if self.runner is None or self.runner.dead:
             raise RunnerDied("died")
+        wall = timeout * WALL_FACTOR
         try:
-            return self.runner.request(header, blobs, timeout=min(timeout, left))
+            return self.runner.request(
+                header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
+            )
         except RunnerDied as err:
-            if (
-                str(err) == "timeout" and left <= timeout
-            ):  # it was the budget that ran out, not this request's time
-                raise RunnerDied("budget") from None
+            if str(err) == "timeout" and (left <= timeout or wall_left <= wall):
+                raise RunnerDied(
+                    "budget"
+                ) from None  # it was the budget that ran out, not this request's time
             raise
 
     def ensure(self):
@@ -486,15 +617,20 @@ class Verdict:
 
 
 def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
-               budget: float = BUDGET_SECONDS) -> dict:  # fmt: skip
-    """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output."""
+               budget: float = BUDGET_SECONDS, wall_deadline: float | None = None) -> dict:  # fmt: skip
+    """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
+
+    ``budget``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the backstop, by
+    default WALL_FACTOR x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
     t_start = time.monotonic()
     deadline = t_start + budget
+    if wall_deadline is None:
+        wall_deadline = t_start + budget * WALL_FACTOR
     verdicts: list[Verdict] = []
     session = None
     try:
-        session = Session(plan, trusted, deadline)
+        session = Session(plan, trusted, deadline, wall_deadline)
     except RunnerDied:
         plan.problems.append(
             "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"
@@ -546,7 +682,7 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         )
     if session is None:
         return verdict(False, "not run: the notebook's code could not be loaded")
-    if time.monotonic() >= deadline:
+    if session.clock() >= deadline or time.monotonic() >= session.hard_deadline:
         return verdict(
             False,
             "not run: the time budget for this submission ran out (an earlier cell or call was too slow)",
@@ -575,9 +711,10 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             return verdict(False, f"{name} is not available ({proxies[name].reason})")
     call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
-    session_deadline, session.deadline = (
-        session.deadline,
-        min(deadline, time.monotonic() + CHECK_SECONDS),
+    kept = session.deadline, session.wall_deadline
+    session.deadline = min(deadline, session.clock() + CHECK_SECONDS)
+    session.wall_deadline = min(
+        session.hard_deadline, time.monotonic() + CHECK_SECONDS * WALL_FACTOR
     )
     try:
         with torch.random.fork_rng():
@@ -596,7 +733,7 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
         )
     finally:
-        session.deadline = session_deadline
+        session.deadline, session.wall_deadline = kept
 
 
 def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:

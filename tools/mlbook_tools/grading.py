@@ -20,11 +20,14 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 import warnings
 
+from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import GetGrades, SaveAutoGrades
+from traitlets import Float
 
 from mlbook_tools.config import layout
 
@@ -137,29 +140,44 @@ class SandboxedExecute(Preprocessor):
     """
 
     enabled = True
+    budget = Float(
+        None,
+        allow_none=True,
+        help="charged seconds per submission (default: the engine's BUDGET_SECONDS)",
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         import nbformat
 
-        from mlbook_tools import sandbox
+        from mlbook_tools import driver, sandbox
 
+        t0 = (
+            time.monotonic()
+        )  # the wall-clock backstop counts from here (the exporter read the file)
+        budget = self.budget or driver.BUDGET_SECONDS
         info = resources["nbgrader"]
         course = (
             pathlib.Path(resources["metadata"]["path"]).resolve().parents[2]
         )  # autograded/<student>/<id>
         if not (course / "source").is_dir():
             course = pathlib.Path.cwd()
+        mine = nb.metadata.get("mlbook")
+        refused = (
+            mine.get(REFUSED) if isinstance(mine, dict) else None
+        )  # BoundedNotebookExporter's mark
         trusted = sandbox.trusted_mode()
-        why = None if trusted else sandbox.check_available()
+        why = None if trusted or refused else sandbox.check_available()
         if why:
             raise sandbox.SandboxUnavailable(
                 f"{why}\nnbgrader autograde stopped: in this course it grades only through the sandbox. "
                 "Run `mlbook grade-class` (it says the same) or, for trusted files only, set MLBOOK_TRUSTED=1."
             )
         source_nb, checks, secret = load_course(course, info["assignment"])
-        result, _ = grade_submission(
-            nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted
-        )
+        if refused:  # the course's release stands in for a submission past a bound: nothing is run
+            result = refused_result(source_nb, driver.TooLarge(str(refused)))
+        else:
+            result, _ = grade_submission(nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted,
+                                         budget=budget, wall_deadline=t0 + budget * driver.WALL_FACTOR)  # fmt: skip
         resources["mlbook_grades"] = result["grades"]
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
@@ -174,7 +192,7 @@ class SandboxedExecute(Preprocessor):
                 message = _cap(got["message"] if got else "not graded")
                 cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
                                                        traceback=[f"AssertionError: {message}"])]  # fmt: skip
-        notes = ([result["error"]] if result.get("error") else []) + result.get("problems", [])
+        notes = [n for n in dict.fromkeys([result.get("error"), *result.get("problems", [])]) if n]
         if notes:
             nb.cells.insert(
                 0,
@@ -184,6 +202,61 @@ class SandboxedExecute(Preprocessor):
             )
         nb.metadata["mlbook"] = {"graded_by": "nbgrader autograde through the sandboxed engine"}
         return nb, resources
+
+
+REFUSED = (
+    "refused"  # notebook metadata mlbook.refused: the submission was past a bound (set only below)
+)
+
+
+class BoundedNotebookExporter(NotebookExporter):
+    """``nbgrader autograde``'s reader (``c.Autograde.exporter_class``): a submission is bounded before it
+    is parsed (``driver.read_submission``/``check_bounds``: size, cells, outputs, nesting). One past a bound
+    becomes the course's release notebook marked ``mlbook.refused``, which ``SandboxedExecute`` grades
+    as 0 with the "too large: ..." line as its grading note: recorded for that student only, in a second."""
+
+    def from_file(self, file_stream, resources=None, **kw):
+        import nbformat
+
+        from mlbook_tools import driver
+
+        try:
+            size = os.fstat(file_stream.fileno()).st_size
+        except (OSError, AttributeError, ValueError):
+            size = 0
+        text = file_stream.read(driver.MAX_NOTEBOOK_BYTES + 1)
+        sanitizing = getattr(self.parent, "_sanitizing", True)
+        try:
+            driver._check_raw(text, max(size, len(text)))
+            driver.check_bounds(text)
+        except driver.TooLarge as err:
+            return self.from_notebook_node(
+                self._stub(resources, str(err)), resources=resources, **kw
+            )
+        except driver.CannotGrade:
+            pass  # nbgrader's own reader says what is wrong with it
+        nb = nbformat.reads(text, as_version=4)
+        mine = nb.metadata.get("mlbook")
+        if sanitizing and isinstance(mine, dict):
+            mine.pop(REFUSED, None)  # a student cannot write the marker
+        return self.from_notebook_node(nb, resources=resources, **kw)
+
+    def _stub(self, resources, why: str):
+        import nbformat
+
+        info = (resources or {}).get("nbgrader", {})
+        coursedir = getattr(self.parent, "coursedir", None)
+        root = pathlib.Path(getattr(coursedir, "root", ".") or ".")
+        assignment, name = (
+            info.get("assignment", ""),
+            info.get("notebook", info.get("assignment", "")),
+        )
+        release = root / "release" / assignment / f"{name}.ipynb"
+        nb = nbformat.read(
+            release, as_version=4
+        )  # generate_assignment wrote it: stubs, no hidden tests
+        nb.metadata["mlbook"] = {REFUSED: why}
+        return nb
 
 
 class SaveAutoGradesExtraCredit(SaveAutoGrades):
@@ -364,25 +437,37 @@ def load_course(course: pathlib.Path, assignment: str):
     )
 
 
+def refused_result(source_nb, err: Exception) -> dict:
+    """The result of a file that cannot be graded (unreadable, or past a bound): every test 0, ``err`` its note."""
+    from mlbook_tools import driver
+
+    empty = driver.make_plan(
+        source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    verdicts = [
+        driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra)
+        for t in empty.tests
+    ]
+    return {**driver.summarise(verdicts, empty.manual), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
+            "seconds": 0.0}  # fmt: skip
+
+
 def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
-                     budget: float | None = None) -> tuple[dict, object]:  # fmt: skip
-    """Grade one notebook's text: (result as ``mlbook grade --json`` prints it, the plan or None)."""
+                     budget: float | None = None, wall_deadline: float | None = None) -> tuple[dict, object]:  # fmt: skip
+    """Grade one notebook's text: (result as ``mlbook grade --json`` prints it, the plan or None).
+
+    ``budget``: charged seconds (driver.BUDGET_SECONDS by default); ``wall_deadline`` (time.monotonic):
+    the wall-clock backstop, which the entry points count from reading the file."""
     from mlbook_tools import driver
 
     try:
         plan = driver.make_plan(source_nb, text)
     except driver.CannotGrade as err:
-        empty = driver.make_plan(
-            source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
-        )
-        tests = empty.tests
-        verdicts = [
-            driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra) for t in tests
-        ]
-        return {**driver.summarise(verdicts, empty.manual), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
-                "seconds": 0.0}, None  # fmt: skip
+        return refused_result(source_nb, err), None
     kwargs = {"budget": budget} if budget else {}
-    run = driver.grade_plan(plan, checks, secret, student, trusted=trusted, **kwargs)
+    run = driver.grade_plan(
+        plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, **kwargs
+    )
     result = driver.summarise(run["verdicts"], plan.manual)
     result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
                   seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
@@ -391,18 +476,22 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
 
 def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None,
                    course: pathlib.Path | None = None, trusted: bool = False, student: str = "student") -> dict:  # fmt: skip
-    """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched."""
+    """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
+
+    ``timeout``: the charged-seconds budget; the wall-clock backstop (WALL_FACTOR x it) counts from here."""
     from mlbook_tools import driver
 
+    t0 = time.monotonic()
+    budget = timeout or driver.BUDGET_SECONDS
     course_dir = pathlib.Path(course) if course else layout().course
     source_nb, checks, secret = load_course(course_dir, assignment)
     try:
-        text = pathlib.Path(path).read_text(errors="replace")
-    except OSError as err:
-        raise driver.CannotGrade(f"cannot read {path}: {err}") from None
-    result, _ = grade_submission(
-        text, source_nb, checks, secret, student, trusted=trusted, budget=timeout
-    )
+        text = driver.read_submission(path)  # bounded before it is read whole
+    except driver.TooLarge as err:
+        return refused_result(source_nb, err)
+    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, budget=budget,
+                                 wall_deadline=t0 + budget * driver.WALL_FACTOR)  # fmt: skip
+    result["seconds"] = round(time.monotonic() - t0, 2)
     return result
 
 
@@ -552,7 +641,11 @@ def record(
         )  # as nbgrader collects it
         try:  # the student's client writes it: one that does not parse is ignored, never fatal
             when = (
-                {"timestamp": parse_utc(stamp.read_text(errors="replace").strip())}
+                {
+                    "timestamp": parse_utc(
+                        stamp.open("rb").read(200).decode(errors="replace").strip()
+                    )
+                }
                 if stamp.is_file()
                 else {}
             )

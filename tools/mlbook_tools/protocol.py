@@ -76,12 +76,20 @@ class ProtocolError(Exception):
 # ------------------------------------------------------------------------------ framing
 
 
-def _read_exact(fd, n, deadline):
+def _read_exact(fd, n, deadline, tick=None):
+    """``n`` bytes; TimeoutError past ``deadline`` (wall clock) or when ``tick()``, called every 0.1 s
+    while nothing arrives, raises it (the driver's meter of the sandbox's own time)."""
     chunks = []
     while n:
-        if deadline is not None:
+        while deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
+                raise TimeoutError("timeout")
+            if select.select([fd], [], [], min(left, 0.1) if tick else left)[0]:
+                break
+            if tick is not None:
+                tick()
+            elif time.monotonic() >= deadline:
                 raise TimeoutError("timeout")
         chunk = os.read(fd, min(n, 1 << 20))
         if not chunk:
@@ -137,12 +145,13 @@ def parse_header(raw: bytes) -> dict:
     return header
 
 
-def read_frame(fd, deadline=None, max_size=MAX_FRAME):
-    """One frame from ``fd`` -> (header, blobs). TimeoutError past ``deadline``, EOFError on a closed pipe."""
-    (size,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
+def read_frame(fd, deadline=None, max_size=MAX_FRAME, tick=None):
+    """One frame from ``fd`` -> (header, blobs). TimeoutError past ``deadline`` (or from ``tick``),
+    EOFError on a closed pipe."""
+    (size,) = struct.unpack("<Q", _read_exact(fd, 8, deadline, tick))
     if size > max_size or size < 8:
         raise ProtocolError("malformed frame: bad length")
-    body = _read_exact(fd, size, deadline)
+    body = _read_exact(fd, size, deadline, tick)
     (hlen,) = struct.unpack("<Q", body[:8])
     if hlen > size - 8:
         raise ProtocolError("malformed frame: bad header length")
@@ -345,6 +354,23 @@ class Codec:
             }
         if self.keep is None:  # the driver: only data and rebuildable library types go out
             return self._encode_rebuildable(x, blobs, leaves, depth)
+        if isinstance(
+            x, tuple
+        ):  # NamedTuple, namedtuple, torch.Size, torch.return_types: a plain tuple
+            items = tuple.__getitem__(
+                x, slice(0, 100000)
+            )  # the stored items, whatever the class overrides
+            return {TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in items]}
+        if isinstance(x, list):  # a list subclass: a plain list of its stored items
+            return [
+                self.encode(v, blobs, leaves, depth + 1)
+                for v in list.__getitem__(x, slice(0, 100000))
+            ]
+        if isinstance(x, dict) and all(
+            type(k) is str for k in dict.keys(x)
+        ):  # OrderedDict, defaultdict
+            pairs = list(dict.items(x))[:10000]
+            return {DICT: [[k, self.encode(v, blobs, leaves, depth + 1)] for k, v in pairs]}
         if isinstance(
             x, bool | int | float
         ):  # a subclass of a number (runs its own __float__/__int__ here)

@@ -8,8 +8,13 @@ the format and schema of ``protocol.py`` (nothing is pickled). An ``exec`` reque
 through IPython, as Jupyter does (magics, ``__future__``, ``display``, linecache for ``inspect``). A call also returns the gradient of
 its first output (summed) with respect to every input tensor that requires grad, and the names of
 the arguments the call changed in place (the driver never copies anything back: it fails the test).
+
+As in a Jupyter kernel, the working folder (the sandbox's /tmp) is on ``sys.path`` (``%%writefile
+helpers.py`` then ``import helpers``), and ``torch.compile`` falls back to eager execution where its
+compiler cannot start (no process may be started here): a correct compiled function keeps its points.
 """
 
+import functools
 import json
 import os
 import resource
@@ -106,7 +111,21 @@ def run_cell(namespace, cell, source, error_text):
 def main(req_fd, rep_fd):
     import inspect
 
+    # torch.compile: inductor's C++ compiler is a new process, which the sandbox refuses. Dynamo still
+    # traces (a graph break under fullgraph=True fails as in a kernel), the graph then runs eagerly;
+    # any other compiler failure falls back to eager execution (suppress_errors), never to an error.
+    os.environ["TORCHDYNAMO_SUPPRESS_ERRORS"] = "1"
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     import torch
+
+    real_compile = torch.compile
+
+    def compile_here(model=None, *, backend="inductor", mode=None, options=None, **kw):
+        if backend == "inductor":  # mode and options are inductor's own settings
+            backend, mode, options = "eager", None, None
+        return real_compile(model, backend=backend, mode=mode, options=options, **kw)
+
+    torch.compile = functools.wraps(real_compile)(compile_here)
 
     torch.set_num_threads(1)
     namespace = {"__name__": "__main__"}
@@ -227,5 +246,8 @@ def main(req_fd, rep_fd):
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     _lower_limits(config.get("limits", {}))
-    sys.path[:0] = config.get("paths", [])
+    sys.path[:0] = [
+        "",
+        *config.get("paths", []),
+    ]  # "": the working folder, first, as ipykernel puts it
     main(*config["fds"])

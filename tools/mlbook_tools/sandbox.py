@@ -142,7 +142,7 @@ def seccomp_program(deny_memfd: bool = False) -> bytes:
 
 # ------------------------------------------------------------------------------ cgroups
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
-_CONTROLLERS = ("memory", "pids", "cpu")
+_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # cpuacct: the sandbox's own CPU time
 _counter = itertools.count()
 
 
@@ -165,6 +165,9 @@ class Cgroup:
                 parent = _own_cgroup(c)
                 if parent is None or not parent.is_dir():
                     raise OSError(f"no {c} cgroup")
+                if parent / name in self.dirs.values():  # co-mounted controllers (cpu,cpuacct)
+                    self.dirs[c] = parent / name
+                    continue
                 (parent / name).mkdir()
                 self.dirs[c] = parent / name
             mem = str(int(limits["memory_bytes"]))
@@ -182,11 +185,18 @@ class Cgroup:
         (self.dirs[c] / name).write_text(value)
 
     def procs_files(self) -> list[str]:
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by every process of the sandbox so far (cpuacct.usage, nanoseconds)."""
+        try:
+            return int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, KeyError, ValueError):
+            return None
 
     def pids(self) -> set[int]:
         found = set()
-        for d in self.dirs.values():
+        for d in dict.fromkeys(self.dirs.values()):
             try:
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
             except (OSError, ValueError):
@@ -219,7 +229,7 @@ class Cgroup:
 
     def remove(self):
         self.kill()
-        for d in self.dirs.values():
+        for d in dict.fromkeys(self.dirs.values()):
             for _ in range(100):
                 try:
                     d.rmdir()
@@ -440,7 +450,8 @@ class Runner:
         self, trusted: bool = False, start_timeout: float = 60, kill_at: float | None = None
     ):
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
-        self.proc = None
+        self.proc, self._pid, self.workdir = None, None, None
+        self.charged = 0.0  # seconds charged to this sandbox's requests so far (see ``request``)
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         fds = [req_r, rep_w]
@@ -457,6 +468,10 @@ class Runner:
                     "MKL_NUM_THREADS": "1",
                     "HOME": "/tmp",
                 }
+                # its own working folder, as the sandbox's /tmp: `%%writefile` lands there, not in a checkout
+                import tempfile
+
+                self.workdir = tempfile.mkdtemp(prefix="mlbook-trusted-")
             else:
                 no_cgroup = cgroups_available()
                 program = seccomp_program(deny_memfd=no_cgroup is not None)
@@ -479,12 +494,15 @@ class Runner:
                     cmd = ["/bin/sh", "-c", _ENTER, "sh", *self.cgroup.procs_files(), "--", *cmd]
                 env = {}
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         env=env, close_fds=True, pass_fds=fds, start_new_session=True)  # fmt: skip
+                                         env=env, close_fds=True, pass_fds=fds, start_new_session=True,
+                                         cwd=self.workdir)  # fmt: skip
         except BaseException:
             for fd in fds + [self.req_w, self.rep_r]:
                 _close_fd(fd)
             if self.cgroup is not None:
                 self.cgroup.remove()
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         for fd in fds:
             os.close(fd)
@@ -511,20 +529,89 @@ class Runner:
                 return
             time.sleep(min(left, 0.5))
 
+    # ------------------------------------------------------------------ metering
+    def _runner_pid(self) -> int | None:
+        """The host pid of the sandboxed Python: the process itself when trusted, else bubblewrap's descendant."""
+        if self._pid is not None or self.proc is None:
+            return self._pid
+        if self.trusted:
+            self._pid = self.proc.pid
+            return self._pid
+        todo, python = [self.proc.pid], python_binary().encode()
+        while todo and len(todo) < 16:
+            pid = todo.pop()
+            try:
+                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if argv[0] == python:
+                    self._pid = pid
+                    return pid
+                todo += [
+                    int(c)
+                    for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                ]
+            except (OSError, ValueError, IndexError):
+                continue
+        return None
+
+    def _sample(self) -> tuple[float, float | None, float | None]:
+        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox); None: unknown."""
+        now, delay, cpu = time.monotonic(), None, None
+        pid = self._runner_pid()
+        if pid is not None:
+            try:
+                delay = (
+                    int(pathlib.Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1])
+                    / 1e9
+                )
+            except (OSError, ValueError, IndexError):
+                pass
+        if self.cgroup is not None:
+            cpu = self.cgroup.cpu_seconds()
+        elif pid is not None and self.trusted:
+            try:
+                fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                pass
+        return now, delay, cpu
+
+    @staticmethod
+    def _charged(s0, s1) -> float:
+        """What a request window costs the submission: its CPU time, or the wall time it spent running or
+        sleeping (time spent waiting for a CPU that other processes held is not charged), whichever is larger."""
+        wall = s1[0] - s0[0]
+        delay = s1[1] - (s0[1] or 0.0) if s1[1] is not None else 0.0
+        cpu = s1[2] - s0[2] if s1[2] is not None and s0[2] is not None else 0.0
+        return max(wall - max(delay, 0.0), cpu, 0.0)
+
     # ------------------------------------------------------------------ framing
-    def request(self, header: dict, blobs=(), timeout: float = 30):
-        """Send one request, return (validated header, blobs). Any failure: the runner is closed, RunnerDied."""
+    def request(
+        self, header: dict, blobs=(), timeout: float = 30, wall_timeout: float | None = None
+    ):
+        """Send one request, return (validated header, blobs). Any failure: the runner is closed, RunnerDied.
+
+        ``timeout`` bounds the seconds CHARGED to the sandbox (``_charged``: its own CPU time, or the time it
+        ran or slept, never the time it waited for a CPU held by someone else), so a busy machine does not
+        change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops."""
         if self.dead:
             raise RunnerDied("died")
-        deadline = time.monotonic() + timeout
+        wall_deadline = time.monotonic() + (timeout if wall_timeout is None else wall_timeout)
         if self.kill_at is not None:
-            deadline = min(deadline, self.kill_at)
+            wall_deadline = min(wall_deadline, self.kill_at)
+        s0 = None
         try:
-            if timeout <= 0 or time.monotonic() >= deadline:
+            if timeout <= 0 or time.monotonic() >= wall_deadline:
                 raise TimeoutError("timeout")
             protocol.write_frame(self.req_w, header, list(blobs))
-            reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY)
+            s0 = self._sample()
+
+            def tick():
+                if self._charged(s0, self._sample()) >= timeout:
+                    raise TimeoutError("timeout")
+
+            reply, rblobs = protocol.read_frame(self.rep_r, wall_deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
+            self.charged += self._charged(s0, self._sample())
             return reply, rblobs
         except TimeoutError:
             why = "timeout"
@@ -535,6 +622,8 @@ class Runner:
         except BaseException:
             self.close()
             raise
+        if s0 is not None:
+            self.charged += self._charged(s0, self._sample())
         self.close()
         if why == "died" and self.oom:
             why = "memory limit"
@@ -562,6 +651,8 @@ class Runner:
                 pass
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         if not was_dead:
             for fd in (self.req_w, self.rep_r):
                 _close_fd(fd)

@@ -1,0 +1,250 @@
+"""Every input the trusted side reads is bounded before it is parsed, and every grade ends at its wall clock.
+
+A submission past a bound (file size, cells, stored outputs, cell sources, JSON nesting) is refused with
+one "too large: ..." line within a second or two, recorded as that student's grade, in all three entry
+points: ``mlbook grade``, ``mlbook grade-class`` and ``nbgrader autograde`` (formgrader's Autograde
+button). A grade never runs past its wall-clock backstop (WALL_FACTOR x the budget, counted from
+reading the file) + 5 s, in the same three.
+"""
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import nbformat
+import pytest
+from mlbook_tools import cli, driver, grading, sandbox
+from mlbook_tools.classgrade import grade_class
+from mlbook_tools.config import layout
+from mlbook_tools.grading import read_scores, run_nbgrader
+from traitlets.config import Configurable
+
+ROOT = layout().root
+NB = "rlhf_ppo"
+SOLVED = ROOT / "solutions" / "notebooks" / f"{NB}.ipynb"
+BUDGET = 4.0  # charged seconds for the backstop tests: their backstop is BUDGET * WALL_FACTOR
+needs_sandbox = pytest.mark.skipif(
+    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+)
+
+
+def _huge(path: pathlib.Path, cells: int = 400_000) -> pathlib.Path:
+    """The solved notebook plus ``cells`` small added cells: ~50 MB."""
+    nb = json.loads(SOLVED.read_text())
+    cell = '{"cell_type": "code", "execution_count": null, "id": "added-cell", "metadata": {}, "outputs": [], "source": ["x = 1  # added\\n"]}'
+    head = json.dumps({k: v for k, v in nb.items() if k != "cells"})[:-1]
+    body = ",\n".join([json.dumps(c) for c in nb["cells"]] + [cell] * cells)
+    path.write_text(head + ', "cells": [\n' + body + "\n]}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def huge(tmp_path_factory):
+    path = _huge(tmp_path_factory.mktemp("bounds") / "huge.ipynb")
+    assert path.stat().st_size >= 48 * 1024**2
+    return path
+
+
+def _sleeper() -> str:
+    """A release whose student added a cell that sleeps for ten minutes."""
+    nb = nbformat.read(ROOT / "autograde" / "source" / NB / f"{NB}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(600)\n"))
+    return nbformat.writes(nb)
+
+
+def _course(
+    root: pathlib.Path, students: dict[str, str], budget: float | None = None
+) -> pathlib.Path:
+    root.mkdir()
+    shutil.copy(ROOT / "autograde" / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "autograde" / "source", root / "source")
+    if budget is not None:
+        with open(root / "nbgrader_config.py", "a") as fh:
+            fh.write(f"\nc.SandboxedExecute.budget = {budget}\n")
+    run_nbgrader(["generate_assignment", NB, "--force"], root)
+    for student, text in students.items():
+        target = root / "submitted" / student / NB / f"{NB}.ipynb"
+        target.parent.mkdir(parents=True)
+        if isinstance(text, pathlib.Path):
+            shutil.copy(text, target)
+        else:
+            target.write_text(text)
+    return root
+
+
+# ------------------------------------------------------------------------------ the bounds themselves
+
+
+def test_a_huge_file_is_refused_without_being_parsed(huge):
+    t0 = time.monotonic()
+    with pytest.raises(driver.TooLarge, match=r"^too large: \d+\+? cells \(limit 2000\)"):
+        driver.read_submission(huge)
+    assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize(
+    "what, notebook, line",
+    [
+        (
+            "cells",
+            {"cells": [{"cell_type": "code", "source": ""}] * 2001},
+            "2001 cells (limit 2000)",
+        ),
+        # the key written with an escape hides it from the raw count: the exact count after parsing holds
+        (
+            "escaped cells",
+            '{"cells": [' + ",".join(['{"cell\\u005ftype": "code"}'] * 2001) + "]}",
+            "2001 cells",
+        ),
+        (
+            "outputs",
+            {"cells": [{"cell_type": "code", "outputs": [{"text": "x" * (17 * 1024**2)}]}]},
+            "stored outputs",
+        ),
+        (
+            "sources",
+            {"cells": [{"cell_type": "code", "source": "x" * (5 * 1024**2)}]},
+            "cell sources",
+        ),
+        (
+            "nesting",
+            {"cells": [], "metadata": json.loads("[" * 80 + "]" * 80)},
+            "nested more than 64",
+        ),
+        (
+            "deep nesting",
+            '{"cells": [], "metadata": ' + "[" * 200_000 + "]" * 200_000 + "}",
+            "nested more than",
+        ),
+    ],
+)
+def test_each_bound_is_one_clear_line(what, notebook, line):
+    text = notebook if isinstance(notebook, str) else json.dumps(notebook)
+    t0 = time.monotonic()
+    with pytest.raises(driver.TooLarge, match="^too large: ") as err:
+        driver.check_bounds(text)
+    assert line in str(err.value), what
+    assert time.monotonic() - t0 < 1
+
+
+def test_ordinary_notebooks_are_within_every_bound():
+    driver.check_bounds(SOLVED.read_text())
+    driver.check_bounds((ROOT / "autograde" / "source" / NB / f"{NB}.ipynb").read_text())
+
+
+# ------------------------------------------------------------------------------ the three entry points
+
+
+def test_mlbook_grade_refuses_a_huge_submission_within_two_seconds(huge):
+    grading.load_course(layout().course, NB)  # imports warm: what is timed is this file's grading
+    out = io.StringIO()
+    t0 = time.monotonic()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["grade", str(huge)])
+    assert time.monotonic() - t0 <= 2
+    assert code == 1
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("cannot grade this file: too large: ") and "cells (limit 2000)" in first
+    assert "note: too large" not in out.getvalue()  # said once, not repeated as a note
+    assert "core total: 0 /" in out.getvalue()
+
+
+@needs_sandbox
+def test_grade_class_records_the_refusal_for_that_student_only(tmp_path, huge):
+    release = (ROOT / "autograde" / "source" / NB / f"{NB}.ipynb").read_text()
+    course = _course(tmp_path / "course", {"big": huge, "bob": release})
+    out = io.StringIO()
+    results = grade_class(course, NB, workers=2, progress=False, out=out)
+    big = results["big"]
+    assert not big.get("ungraded") and big["seconds"] <= 2, big
+    assert any(p.startswith("too large: ") and "cells (limit 2000)" in p for p in big["problems"])
+    assert "too large: " in next(
+        line for line in out.getvalue().splitlines() if line.startswith("big")
+    )
+    assert (
+        read_scores(course / "gradebook.db", NB, "big")["score"] == 0
+    )  # recorded: a grade, not an error
+    assert not results["bob"].get("ungraded")
+    assert not any("too large" in p for p in results["bob"]["problems"])
+    autograded = nbformat.read(course / "autograded" / "big" / NB / f"{NB}.ipynb", as_version=4)
+    assert "too large: " in autograded.cells[0].source
+    assert len(autograded.cells) < 200
+
+
+class _Converter(Configurable):
+    """The attributes of nbgrader's Autograde converter the exporter reads."""
+
+    def __init__(self, root, **kw):
+        super().__init__(**kw)
+        self.coursedir = type("CourseDir", (), {"root": str(root)})()
+        self._sanitizing = True
+
+
+@needs_sandbox
+def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
+    course = _course(tmp_path / "course", {"big": huge})
+    exporter = grading.BoundedNotebookExporter(parent=_Converter(course))
+    resources = {"nbgrader": {"assignment": NB, "notebook": NB, "student": "big"}}
+    t0 = time.monotonic()
+    text, resources = exporter.from_filename(str(huge), resources=resources)
+    nb = nbformat.reads(text, as_version=4)
+    resources["metadata"]["path"] = str(
+        course / "autograded" / "big" / NB
+    )  # nbgrader's second pass
+    nb, _ = grading.SandboxedExecute().preprocess(nb, resources)
+    assert time.monotonic() - t0 <= 2
+    assert (
+        nb.cells[0].source.count("too large: ") == 1 and "cells (limit 2000)" in nb.cells[0].source
+    )
+    # the real command: the refusal is that student's grade in the gradebook
+    run_nbgrader(["autograde", NB, "--force"], course)
+    scores = read_scores(course / "gradebook.db", NB, "big")
+    assert scores["score"] == 0 and scores["max_score"] == 10
+    autograded = nbformat.read(course / "autograded" / "big" / NB / f"{NB}.ipynb", as_version=4)
+    assert "too large: " in autograded.cells[0].source
+
+
+def test_a_student_cannot_write_the_refusal_mark(tmp_path):
+    nb = nbformat.read(SOLVED, as_version=4)
+    nb.metadata["mlbook"] = {grading.REFUSED: "too large: forged"}
+    path = tmp_path / "forged.ipynb"
+    nbformat.write(nb, path)
+    text, _ = grading.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
+    assert grading.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
+
+
+# ------------------------------------------------------------------------------ the wall-clock backstop
+
+
+@needs_sandbox
+def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_path, monkeypatch):
+    """Worst case for the backstop: a sandbox whose charged time never moves (it only waits)."""
+    monkeypatch.setattr(sandbox.Runner, "_charged", staticmethod(lambda s0, s1: 0.0))
+    path = tmp_path / "sleeper.ipynb"
+    path.write_text(_sleeper())
+    t0 = time.monotonic()
+    result = grading.grade_notebook(path, NB, timeout=BUDGET)
+    assert time.monotonic() - t0 <= BUDGET * driver.WALL_FACTOR + 5
+    assert result["score"] == 0 and result["problems"]
+
+
+@needs_sandbox
+def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, huge):
+    course = _course(tmp_path / "course", {"sleeper": _sleeper(), "big": huge}, budget=BUDGET)
+    results = grade_class(
+        course, NB, workers=1, progress=False, out=open(os.devnull, "w"), budget=BUDGET
+    )
+    assert results["sleeper"]["seconds"] <= BUDGET * driver.WALL_FACTOR + 5, results["sleeper"]
+    assert not results["sleeper"].get("ungraded")
+    # nbgrader autograde: the refused one costs only nbgrader's own start and writing (the baseline)
+    t0 = time.monotonic()
+    run_nbgrader(["autograde", NB, "--force", "--student=big"], course)
+    baseline = time.monotonic() - t0
+    t0 = time.monotonic()
+    run_nbgrader(["autograde", NB, "--force", "--student=sleeper"], course)
+    assert time.monotonic() - t0 - baseline <= BUDGET * driver.WALL_FACTOR + 5
+    assert read_scores(course / "gradebook.db", NB, "sleeper")["score"] == 0

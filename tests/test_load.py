@@ -1,0 +1,86 @@
+"""A grade does not depend on how busy the machine is.
+
+Budgets count what a submission itself consumes (``driver``: seconds charged to its sandbox, its own CPU
+time or the time it ran or slept, never time spent waiting for a CPU someone else held), with a
+wall-clock backstop WALL_FACTOR times larger. Here a small class (a correct notebook, a slow one, a
+CPU hog and a memory hog from tests/adversarial_catalog.py) is graded twice with the adversarial
+suite's short limits: once as the machine is, once with as many busy processes as cores competing
+for the CPUs; every test of every student must get the same score both times.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import adversarial_catalog as adv
+import nbformat
+import pytest
+from mlbook_tools import sandbox
+from mlbook_tools.classgrade import grade_class
+from mlbook_tools.config import layout
+from mlbook_tools.grading import run_nbgrader
+
+ROOT = layout().root
+NB = "rlhf_ppo"
+LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536 * 1024**2}
+BUDGET = 45.0  # as in tests/test_adversarial.py
+ENTRIES = ["slow_every_call", "cpu_loop_ignoring_sigint", "memory_hog_in_gae"]
+
+pytestmark = pytest.mark.skipif(
+    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+)
+
+
+def _submission(entry: dict) -> nbformat.NotebookNode:
+    nb = nbformat.read(ROOT / "solutions" / "notebooks" / f"{NB}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in entry.get("cells", {}):
+            cell.source = entry["cells"][gid]
+    return nb
+
+
+def _course(root):
+    root.mkdir()
+    shutil.copy(ROOT / "autograde" / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "autograde" / "source", root / "source")
+    run_nbgrader(["generate_assignment", NB, "--force"], root)
+    students = {"correct": {}, **{name: adv.ENTRIES[name] for name in ENTRIES}}
+    for student, entry in students.items():
+        assert entry.get("base", "solved") == "solved" and not entry.get("add")
+        target = root / "submitted" / student / NB / f"{NB}.ipynb"
+        target.parent.mkdir(parents=True)
+        nbformat.write(_submission(entry), target)
+    return root
+
+
+def _scores(course) -> dict:
+    results = grade_class(course, NB, workers=2, force=True, progress=False, out=open(os.devnull, "w"),
+                          limits=LIMITS, budget=BUDGET)  # fmt: skip
+    assert not any(r.get("ungraded") for r in results.values()), results
+    return {s: {g: v["score"] for g, v in r["grades"].items()} for s, r in results.items()}
+
+
+def test_the_same_grades_with_every_core_busy(tmp_path):
+    course = _course(tmp_path / "course")
+    as_is = _scores(course)
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        loaded = _scores(course)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    print("\nscores (as is == under load):", as_is)
+    assert loaded == as_is
+    # and they are what each entry earned: the correct notebook everything, the others lose their core
+    # tests named in the catalog (extra credit may go too when a slow entry spends the whole budget)
+    full = as_is["correct"]
+    assert all(s > 0 for s in full.values())
+    for name in ENTRIES:
+        lost = {g for g, s in as_is[name].items() if s < full[g] and not g.startswith("ex")}
+        assert lost == set(adv.ENTRIES[name]["lost"]), (name, lost)

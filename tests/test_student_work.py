@@ -2,20 +2,22 @@
 
 The README sends students to work in their own copy (``mlbook start``, outside the checkout). Here:
 answers typed there survive ``mlbook build`` and the file-writing parts of ``make chapter`` byte for
-byte; and a release notebook in the checkout that holds answers (the old place to work) makes
-``mlbook build``, ``mlbook build --check``, ``make notebooks`` and ``mlbook student-dist`` refuse
-with a message saying where to work, writing nothing.
+byte; and a release notebook in the checkout that is not byte for byte what the build wrote (an
+answer with the stub line commented out or left after ``return``, a note in a markdown cell, an
+answer in the ``.py`` form) makes ``mlbook build``, ``mlbook build --check`` and ``make notebooks``
+(the path ``make chapter`` takes) refuse, writing nothing, with advice that replaces no file.
 """
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
 import jupytext
 import pytest
 from mlbook_tools.config import layout
-from mlbook_tools.workcopy import answered_cells
+from mlbook_tools.workcopy import MANIFEST, read_manifest
 
 ROOT = layout().root
 MLBOOK = [sys.executable, "-m", "mlbook_tools.cli"]
@@ -70,12 +72,43 @@ def test_answers_in_the_work_folder_survive_build_and_make(tmp_path):
     assert {p.name: p.read_bytes() for p in work.iterdir()} == before
 
 
-@pytest.mark.parametrize("suffix", [".ipynb", ".py"])
-def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
-    """The old place to work: a filled release file stops every writer, which writes nothing."""
+def _edit(text: str, how: str) -> str:
+    """The release notebook's text with one edit a student makes (none leaves a stub-free answer cell)."""
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        src = "".join(cell["source"])
+        if how == "markdown" and gid == "00_intro-0":
+            cell["source"] = src + "\n\nMy note: the KL term keeps the policy near the reference."
+        elif gid == "gae" and how in ("commented", "after-return"):
+            stub = next(ln for ln in src.split("\n") if "raise NotImplementedError" in ln)
+            answer = "    return rewards * 0.0, values * 0.0  # my own answer"
+            if how == "commented":
+                new = answer + "\n    # " + stub.strip()
+            else:
+                new = answer + "\n" + stub
+            cell["source"] = src.replace(stub, new)
+        else:
+            continue
+        return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how,suffix",
+    [
+        ("commented", ".ipynb"),
+        ("after-return", ".ipynb"),
+        ("markdown", ".ipynb"),
+        ("commented", ".py"),
+    ],
+)
+def test_build_refuses_to_overwrite_work_in_the_release(how, suffix):
+    """Any edit of a generated file stops every writer before it writes anything; the advice is safe."""
     path = layout().release / f"rlhf_ppo{suffix}"
     release = {p: p.read_bytes() for p in layout().release.iterdir() if p.is_file()}
-    ipynb = _fill((layout().release / "rlhf_ppo.ipynb").read_text())
+    ipynb = _edit((layout().release / "rlhf_ppo.ipynb").read_text(), how)
+    assert "raise NotImplementedError" in ipynb  # a stub-text heuristic would call this untouched
     filled = (
         ipynb
         if suffix == ".ipynb"
@@ -83,13 +116,17 @@ def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
     )
     try:
         path.write_text(filled)
-        assert answered_cells(path) == ["gae"]
         for cmd in ([*MLBOOK, "build"], [*MLBOOK, "build", "--check"], ["make", "notebooks"]):
             run = _run(cmd)
             out = run.stdout + run.stderr
             assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
-            assert "holds answers (gae)" in out and "mlbook start" in out, out
-            assert "Traceback" not in out and "wrote " not in out, out
+            assert f"rlhf_ppo{suffix}: not what `mlbook build` wrote" in out, out
+            assert "Traceback" not in out and not re.search("^wrote ", out, re.M), out
+            assert (
+                "mv " not in out
+                and "cp -n " in out
+                and "rlhf-ppo-work/rlhf_ppo-from-checkout" in out
+            ), out
             assert path.read_text() == filled
             for p, data in release.items():
                 if p != path:
@@ -99,6 +136,46 @@ def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
             p.write_bytes(data)
 
 
+def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one():
+    """The fingerprints beside the outputs are exact, and `mlbook build --check` compares them too."""
+    manifest = read_manifest()
+    assert "chapters/rlhf_ppo.ipynb" in manifest and "chapters/rlhf_ppo.py" in manifest
+    assert any(p.startswith("solutions/notebooks/") for p in manifest)
+    assert any(p.startswith("autograde/source/") for p in manifest)
+    import hashlib
+
+    for rel, digest in manifest.items():
+        assert hashlib.sha256((ROOT / rel).read_bytes()).hexdigest() == digest, rel
+    path = layout().release / MANIFEST
+    before = path.read_bytes()
+    try:
+        path.write_text(before.decode() + f"{'0' * 64}  chapters/removed_long_ago.ipynb\n")
+        run = _run([*MLBOOK, "build", "--check"])
+        assert run.returncode == 1 and f"chapters/{MANIFEST}" in run.stdout, run.stdout + run.stderr
+    finally:
+        path.write_bytes(before)
+
+
+def test_make_chapter_writes_notebooks_only_through_mlbook_build():
+    """`make chapter` is slow; its dry run shows that the generated notebooks are written only by
+    `mlbook build` (the guarded writer) and that nbconvert writes only under build/."""
+    dry = _run(["make", "-n", "chapter"]).stdout.replace("\\\n", " ")
+    lines = [ln for ln in dry.splitlines() if ln.strip()]
+    assert any(ln.strip().endswith("/mlbook build") for ln in lines), dry
+    for ln in lines:
+        if "nbconvert" in ln:
+            assert re.search(r"--output-dir build[/ ]", ln), ln
+        assert "chapters/" not in ln and ">" not in ln.replace("->", ""), ln
+
+
+def test_released_notebook_carries_no_jupytext_pairing():
+    """JupyterLab with jupytext would write a paired .py beside every student copy."""
+    for path in layout().release.glob("*.ipynb"):
+        assert "jupytext" not in json.loads(path.read_text())["metadata"], path
+    for path in layout().release.glob("*.py"):
+        assert "formats:" not in path.read_text().split("# ---", 2)[1], path
+
+
 def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
     out = tmp_path / "dist"
     out.mkdir()
@@ -106,7 +183,8 @@ def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
     nb.write_text(_fill((layout().release / "rlhf_ppo.ipynb").read_text()))
     before = nb.read_bytes()
     run = _run([*MLBOOK, "student-dist", "--out", str(out)])
-    assert run.returncode == 1 and "refused:" in run.stderr and "holds answers" in run.stderr
+    assert run.returncode == 1 and "refused:" in run.stderr, run.stderr
+    assert "did not write (rlhf_ppo.ipynb)" in run.stderr, run.stderr
     assert nb.read_bytes() == before and sorted(out.iterdir()) == [nb]
 
 

@@ -222,3 +222,91 @@ def test_ex5_check_enforces_one_off_the_response():
     ppo_checks.check_ex5_importance_ratios(importance_ratios)
     with pytest.raises(AssertionError, match="1 off the response"):
         ppo_checks.check_ex5_importance_ratios(unmasked)
+
+
+# ------------------------------------------------------------------------------------- hand-in
+
+
+def _solved_copy(path: pathlib.Path) -> bytes:
+    """The release with every answer cell holding the reference answer (what a full-marks student saves)."""
+    nb = json.loads((layout().release / "rlhf_ppo.ipynb").read_text())
+    solved = {
+        c["id"]: c for c in json.loads((layout().solved / "rlhf_ppo.ipynb").read_text())["cells"]
+    }
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("solution") and cell["cell_type"] == "code":
+            cell["source"] = solved[cell["id"]]["source"]
+    data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+    path.write_bytes(data)
+    return data
+
+
+def test_handin_writes_exactly_the_saved_file_under_the_course_name(tmp_path):
+    """A copy named rlhf_ppo-Copy1.ipynb with full answers: the visible checks pass, and the file to
+    upload is the saved bytes under the name the course expects; an earlier upload is kept."""
+    nb = tmp_path / "rlhf_ppo-Copy1.ipynb"
+    data = _solved_copy(nb)
+    (tmp_path / "to-upload").mkdir()
+    (tmp_path / "to-upload" / "rlhf_ppo.ipynb").write_text("{}")
+    run = _run([*MLBOOK, "handin", str(nb)], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (
+        "the course expects the name rlhf_ppo.ipynb; this file is rlhf_ppo-Copy1.ipynb"
+        in run.stdout
+    )
+    assert "✗" not in run.stdout and re.search(r"(\d+) of \1 visible checks pass", run.stdout), (
+        run.stdout
+    )
+    assert "cell " not in run.stdout.replace("Check your work cell", ""), (
+        run.stdout
+    )  # names, not numbers
+    assert (tmp_path / "to-upload" / "rlhf_ppo.ipynb").read_bytes() == data
+    assert len(list((tmp_path / "to-upload").glob("rlhf_ppo.earlier-*.ipynb"))) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rlhf_ppo-Copy1.ipynb", "to-upload"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "duplicate", "syntax"])
+def test_handin_refuses_a_damaged_notebook_and_writes_nothing(tmp_path, damage):
+    nb = tmp_path / "rlhf_ppo.ipynb"
+    text = (layout().release / "rlhf_ppo.ipynb").read_text()
+    if damage == "truncated":
+        text = text[: len(text) // 2]
+    else:
+        doc = json.loads(text)
+        i = next(
+            i
+            for i, c in enumerate(doc["cells"])
+            if c["metadata"].get("nbgrader", {}).get("grade_id") == "gae"
+        )
+        if damage == "duplicate":
+            doc["cells"].insert(i + 1, dict(doc["cells"][i], id="gae-copy"))
+        else:
+            doc["cells"][i]["source"] = "def gae(rewards, values:\n    return rewards\n"
+        text = json.dumps(doc)
+    nb.write_text(text)
+    run = _run([*MLBOOK, "handin", str(nb)], cwd=tmp_path)
+    assert run.returncode == 1 and "nothing was written" in run.stderr, run.stdout + run.stderr
+    expected = {"truncated": "not a readable notebook", "duplicate": "'gae' appears twice",
+                "syntax": "'gae' has a syntax error"}[damage]  # fmt: skip
+    assert expected in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "to-upload").exists()
+
+
+def test_handin_in_a_cell_refuses_answers_the_file_does_not_hold(tmp_path):
+    """In the kernel: a gae edited (or saved) but not both saved and run is named; nothing written."""
+    from mlbook.handin import CannotHandIn, handin, unsaved_answers
+
+    nb = tmp_path / "rlhf_ppo.ipynb"
+    _solved_copy(nb)
+    doc = json.loads(nb.read_text())
+    saved = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in doc["cells"]
+             if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}  # fmt: skip
+    assert unsaved_answers(doc, list(saved.values())) == []
+    assert (
+        unsaved_answers(doc, [*saved.values(), "# a comment is no change\n" + saved["gae"]]) == []
+    )
+    edited = saved["gae"].replace("return ", "return 2 * ", 1)
+    assert unsaved_answers(doc, [*saved.values(), edited]) == ["gae"]
+    with pytest.raises(CannotHandIn, match="disagree about gae: save"):
+        handin(nb, namespace={"In": [*saved.values(), edited]})
+    assert not (tmp_path / "to-upload").exists()

@@ -5,6 +5,8 @@ mlbook start [DIR]                           copy the released notebooks to your
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
                                              (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
+mlbook handin [PATH.ipynb]                   check your saved notebook, run the visible checks, write
+                                             to-upload/rlhf_ppo.ipynb beside it (python -m mlbook.handin)
 mlbook student-dist [--out D]                write what students get: the library wheel and the released notebooks
 mlbook new-course DIR                        create an nbgrader course folder (config + source notebook)
 mlbook grade-class [--course DIR] [--workers N] [--force]
@@ -58,6 +60,8 @@ def _main(argv: list[str] | None = None) -> int:
     )
     st = sub.add_parser("start", help="copy the released notebooks into your own work folder")
     st.add_argument("dir", nargs="?", default=None, help="your folder (default: ~/rlhf-ppo-work)")
+    h = sub.add_parser("handin", help="check your saved notebook and write the file to upload")
+    h.add_argument("path", nargs="?", default="rlhf_ppo.ipynb")
     nc = sub.add_parser("new-course", help="create an nbgrader course folder outside the checkout")
     nc.add_argument("dir")
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
@@ -108,6 +112,10 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"kept your {out / name} (never overwritten)")
         print(f"work there: cd {out} && {pathlib.Path(sys.executable).parent / 'jupyter'} lab")
         return 0
+    if args.command == "handin":
+        from mlbook.handin import main as handin_main
+
+        return handin_main([args.path])
     if args.command == "new-course":
         from mlbook_tools.course import new_course
 

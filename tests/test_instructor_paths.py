@@ -142,3 +142,41 @@ def test_grade_class_outside_a_course_folder_writes_nothing(tmp_path):
         assert "new-course" in out and "--course" in out, out
     assert list(tmp_path.iterdir()) == []
     assert (ROOT / "gradebook.db").exists() == had_root_db
+
+
+def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
+    """A student gets the page alone: no script, no network, every formula drawn as MathML."""
+    import re
+
+    root, _, _, _ = course
+    run_nbgrader(["generate_feedback", NB, "--force", "--student=carol"], root)
+    alone = tmp_path / "Downloads" / "feedback.html"
+    alone.parent.mkdir()
+    shutil.copy(root / "feedback" / "carol" / NB / f"{NB}.html", alone)
+    page = alone.read_text()
+    assert not re.search(r"<script[^>]*\bsrc=", page), "the page loads a script"
+    prose = re.sub(r"<(pre|code|script|style)\b.*?</\1>|<[^>]+>", "", page, flags=re.S)
+    assert "$" not in prose, prose[prose.find("$") - 80 : prose.find("$") + 80]
+    assert page.count("<math") > 300
+    if not (os.path.exists("/usr/bin/chromium") and os.path.exists("/usr/bin/chromedriver")):
+        pytest.skip("no chromium here: the page's text was checked, not its drawing")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+                 "--host-resolver-rules=MAP * ~NOTFOUND"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        driver.get(alone.as_uri())
+        drawn = driver.execute_script(
+            "const m = [...document.querySelectorAll('math')];"
+            "return [m.length, m.filter(e => e.getBoundingClientRect().width > 0).length,"
+            " m.filter(e => e.querySelector('merror')).length];"
+        )
+    finally:
+        driver.quit()
+    total, visible, errors = drawn
+    assert total > 300 and visible == total and errors == 0, drawn

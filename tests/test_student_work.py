@@ -310,3 +310,31 @@ def test_handin_in_a_cell_refuses_answers_the_file_does_not_hold(tmp_path):
     with pytest.raises(CannotHandIn, match="disagree about gae: save"):
         handin(nb, namespace={"In": [*saved.values(), edited]})
     assert not (tmp_path / "to-upload").exists()
+
+
+# ------------------------------------------------------------------------------------ progress
+
+
+def test_long_commands_print_a_line_per_stage_only_when_watched():
+    """Quiet when captured (CI, logs); a line per stage on a terminal or in a notebook's `!` cell."""
+    import os
+
+    quiet_env = {
+        k: v for k, v in os.environ.items() if k not in ("MLBOOK_PROGRESS", "JPY_PARENT_PID")
+    }
+    quiet = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
+                           env=quiet_env, timeout=900)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
+                          env={**quiet_env, "MLBOOK_PROGRESS": "1"}, timeout=900)  # fmt: skip
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", loud.stderr, re.M)
+    assert loud.returncode == 0 and len(stages) >= 3, loud.stderr
+    assert any("generate_assignment" in s for s in stages), stages
+    cell = subprocess.run([*MLBOOK, "grade", str(layout().release / "rlhf_ppo.ipynb")], cwd=ROOT,
+                          capture_output=True, text=True, env={**quiet_env, "JPY_PARENT_PID": "1"},
+                          timeout=900)  # fmt: skip
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", cell.stderr, re.M)
+    assert (
+        len(stages) == 2 and stages[0].startswith("grading ") and stages[1].startswith("graded in")
+    )
+    assert "core total: 0 / 10" in cell.stdout and "[" not in cell.stdout.split("\n")[0]

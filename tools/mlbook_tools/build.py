@@ -530,6 +530,7 @@ def build(check: bool = False, execute: bool = True) -> int:
     files = render_all(execute=execute and not check)
     files[manifest_path()] = manifest_text(files)
     refuse_if_edited(files, manifest)  # outputs the manifest does not list yet (a new notebook)
+    stage("comparing with the files on disk" if check else "writing the files that changed")
     for path, text in files.items():
         old = path.read_text() if path.exists() else None
         if old == text:

@@ -129,6 +129,9 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "build":
         from mlbook_tools.build import build
+        from mlbook_tools.progress import stage
+
+        stage("mlbook build: checking that no generated file holds someone's work")
 
         return build(check=args.check, execute=not args.no_execute)
 
@@ -155,7 +158,11 @@ def _main(argv: list[str] | None = None) -> int:
         return _class_summary(results)
 
     from mlbook_tools.grading import grade_notebook
+    from mlbook_tools.progress import stage
 
+    stage(
+        f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
+    )
     try:
         result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
     except sandbox.SandboxUnavailable as err:
@@ -167,6 +174,7 @@ def _main(argv: list[str] | None = None) -> int:
     except (driver.CannotGrade, FileNotFoundError) as err:
         print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
         return 1
+    stage(f"graded in {result.get('seconds', 0):.0f} s")
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -1,7 +1,8 @@
 """One line per stage of a long command, on stderr, only when a person watches (a terminal).
 
-Piped or captured output (CI, tests, a log file) stays as it was; ``MLBOOK_PROGRESS=1`` forces the
-lines on (e.g. in a notebook's ``!`` cell, which is not a terminal), ``MLBOOK_PROGRESS=0`` off.
+A notebook's ``!`` cell is not a terminal but a person watches it: a child of a Jupyter kernel
+(``JPY_PARENT_PID`` set) shows the lines too. Piped or captured output elsewhere (CI, tests, a log
+file) stays as it was; ``MLBOOK_PROGRESS=1`` forces the lines on, ``MLBOOK_PROGRESS=0`` off.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def enabled() -> bool:
     forced = os.environ.get("MLBOOK_PROGRESS")
     if forced is not None:
         return forced not in ("", "0")
-    return sys.stderr.isatty()
+    return sys.stderr.isatty() or bool(os.environ.get("JPY_PARENT_PID"))
 
 
 def stage(message: str) -> None:

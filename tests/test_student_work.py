@@ -338,3 +338,23 @@ def test_long_commands_print_a_line_per_stage_only_when_watched():
         len(stages) == 2 and stages[0].startswith("grading ") and stages[1].startswith("graded in")
     )
     assert "core total: 0 / 10" in cell.stdout and "[" not in cell.stdout.split("\n")[0]
+
+
+def test_visible_gae_check_gives_the_hidden_tests_hint():
+    """Every GAE mistake the visible check catches says what to look at (padding must not leak in;
+    gamma * lambda carries the advantage), as the hidden test does, never only "expected ... got"."""
+    from test_visible_checks import ALL_WRONG, run_visible
+
+    messages = {}
+    for name, (_, symbol, source) in ALL_WRONG.items():
+        if symbol != "gae":
+            continue
+        try:
+            run_visible(source, "test_gae_matches_brute_force_and_mc_return")
+        except AssertionError as err:
+            messages[name] = str(err)
+    assert {"gae_leaks_past_response_end", "gae_gamma_ignored_in_carry"} <= set(messages), messages
+    for name, message in messages.items():
+        if "expected" in message and "got" in message:
+            assert "leak" in message and "gamma * lambda" in message, (name, message)
+    assert "padding values" in messages["gae_leaks_past_response_end"]

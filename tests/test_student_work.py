@@ -358,3 +358,18 @@ def test_visible_gae_check_gives_the_hidden_tests_hint():
         if "expected" in message and "got" in message:
             assert "leak" in message and "gamma * lambda" in message, (name, message)
     assert "padding values" in messages["gae_leaks_past_response_end"]
+
+
+def test_readme_student_section_covers_root_and_a_clean_checkout():
+    """What a new student trips over, said where they read: --allow-root, `make env` after git clean,
+    CPU-only torch for a graded course on Linux, and how to hand in."""
+    readme = (ROOT / "README.md").read_text()
+    students = readme[readme.index("## Students") : readme.index("## Instructors")]
+    assert "--allow-root" in students
+    assert "git clean -fdx" in students and "make env" in students.split("git clean -fdx")[1][:200]
+    assert (
+        "--index-url https://download.pytorch.org/whl/cpu" in students
+        and "macOS and Windows" in students
+    )
+    assert "mlbook handin" in students and "mlbook.handin" in students
+    assert "holds answers" not in students and " mv " not in students

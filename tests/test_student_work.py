@@ -46,6 +46,8 @@ def test_start_copies_the_release_and_never_overwrites(tmp_path):
     assert run.returncode == 0, run.stderr
     nb = work / "rlhf_ppo.ipynb"
     assert nb.read_bytes() == (layout().release / "rlhf_ppo.ipynb").read_bytes()
+    assert sorted(work.iterdir()) == [nb]  # nothing the student did not ask for
+    assert "jupytext" not in json.loads(nb.read_text())["metadata"]  # no paired .py on first save
     filled = _fill(nb.read_text()).encode()
     nb.write_bytes(filled)
     again = _run([*MLBOOK, "start", str(work)], cwd=tmp_path)

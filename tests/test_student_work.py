@@ -375,3 +375,15 @@ def test_readme_student_section_covers_root_and_a_clean_checkout():
     )
     assert "mlbook handin" in students and "mlbook.handin" in students
     assert "holds answers" not in students and " mv " not in students
+
+
+def test_student_dist_never_ships_an_edited_release(tmp_path):
+    path = layout().release / "rlhf_ppo.ipynb"
+    before = path.read_bytes()
+    try:
+        path.write_text(_edit(before.decode(), "markdown"))
+        run = _run([*MLBOOK, "student-dist", "--out", str(tmp_path / "dist")])
+        assert run.returncode == 1 and "not what `mlbook build` wrote" in run.stderr, run.stderr
+        assert not (tmp_path / "dist").exists()
+    finally:
+        path.write_bytes(before)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 from mlbook_tools.config import layout
-from mlbook_tools.workcopy import HoldsAnswers, digest
+from mlbook_tools.workcopy import HoldsAnswers, digest, refuse_if_edited
 
 # What the released notebook imports (the library's own dependencies) plus Jupyter itself.
 STUDENT_ROOTS = ("torch", "numpy", "matplotlib", "tqdm", "jupyterlab", "ipykernel", "ipywidgets")
@@ -158,6 +158,7 @@ def student_dist(out: str | pathlib.Path | None = None) -> pathlib.Path:
     notebooks = sorted(L.release.glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"no released notebook in {L.release}: run `mlbook build` first")
+    refuse_if_edited(notebooks)  # ship only what the build wrote, never someone's edited copy
     student_txt = L.root / "requirements" / "student.txt"
     if not student_txt.is_file():
         raise FileNotFoundError(f"{student_txt} is missing: run `make student-lock`")

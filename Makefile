@@ -10,7 +10,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     := build
 
-.PHONY: env chapter train notebooks html check test test-full fairness-reference lint lock bench clean student-dist
+.PHONY: env chapter train notebooks html check test test-full fairness-reference lint lock student-lock bench clean student-dist
 
 env: $(STAMP)
 
@@ -87,9 +87,16 @@ test-full: env
 fairness-reference: env
 	$(BIN)/python tests/fairness_reference.py
 
-# What students of a graded course get: the library wheel and the released notebooks (build/student-dist).
+# What students of a graded course get: the library wheel, the released notebooks, the student lock
+# and a short README (build/student-dist).
 student-dist: notebooks
 	$(BIN)/mlbook student-dist
+
+# requirements/student.txt: what the notebook imports plus Jupyter, no developer tool, each pinned at
+# its lock.txt version (the closure is read from .venv, which `env` installs from lock.txt).
+student-lock: env
+	$(BIN)/python -m mlbook_tools.dist student-lock > requirements/student.new
+	mv requirements/student.new requirements/student.txt
 
 bench: env
 	$(BIN)/python scripts/benchmark.py
@@ -103,6 +110,7 @@ lock:
 	{ head -2 requirements/lock.txt; /tmp/mlbook-lock/bin/pip freeze | grep -v -E '^(torch==|-e |mlbook)'; \
 		echo torch==2.13.0; } > requirements/lock.new
 	mv requirements/lock.new requirements/lock.txt
+	$(MAKE) student-lock
 
 clean:
 	rm -rf $(OUT) $(VENV)

@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -454,7 +453,7 @@ def gae(
 # Check: with $\gamma = \lambda = 1$, advantages plus values must equal the reward-to-go on every
 # response token, including a row that ends in padding.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "288ebfbe4003e6d1c1fa55503b0a6c59", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9b20674e56a73764f42166032863ba02", "grade": false, "grade_id": "30_implementation-9", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 mask = torch.tensor([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.float)
 rewards = torch.tensor([[0.0, 0.1, -0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 0.3, 0.0, -0.1, 2.0]])
 values = torch.tensor(
@@ -488,7 +487,9 @@ one, v_pad, m_pad = (
 for g, lam in ((0.5, 1.0), (1.0, 0.5)):
     a = gae(one, v_pad, m_pad, gamma=g, lam=lam)[0][:, :3]
     assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
-        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
+        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}; check that the "
+        "value after the last response token counts as 0 (padding values, 9.0 here, must not leak "
+        "in) and that gamma * lambda multiplies the carried advantage"
     )
 print(
     "✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding"
@@ -3570,13 +3571,20 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "11db6f37717f01432e2f9c717c84c4aa", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7d398fcfbecc49f74aa260d1039dd242", "grade": false, "grade_id": "75_check_your_work-0", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "60b84beb973abba945037771c6aa155b", "grade": false, "grade_id": "75_check_your_work-0", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
 # ## Check your work
 #
 # Run this cell after the rest (Run All, or run everything above first). It runs the visible part of
 # every graded cell again against your functions and prints one line per check. It reads this
 # notebook's file and writes nothing. The hidden tests are not in your copy: they run when the
-# notebook is graded, and written answers are graded by a person.
+# notebook is graded, and written answers are graded by a person. Each line names the function
+# or section it checks.
+#
+# **Hand in.** Save (Ctrl+S), then in a terminal in your work folder run
+# `python -m mlbook.handin rlhf_ppo.ipynb` (with the checkout: `mlbook handin`), or in a new cell
+# `from mlbook.handin import handin; handin()`. It checks that the saved file is what this kernel
+# ran, is named `rlhf_ppo.ipynb` and is readable, runs these checks, and writes the one file to
+# upload, `to-upload/rlhf_ppo.ipynb`. Nothing else is written.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0aa5932bf0e2caffd25132fe36cb7788", "grade": false, "grade_id": "75_check_your_work-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
 from mlbook.selfcheck import check

@@ -1,7 +1,9 @@
 """The student distribution leaks nothing, and the released notebook runs with only it installed.
 
-``mlbook student-dist`` writes the library wheel, the released notebook and the pinned requirements.
-Here: (1) no file in it holds a solution region of the source notebook, a hidden test, nbgrader's
+``mlbook student-dist`` writes the library wheel, the released notebook, the student lock and a short
+README. Here: (0) its requirements are requirements/student.txt, which is exactly what ``make
+student-lock`` derives from the developer lock, and a real ``pip install`` of the folder into a fresh
+venv installs no developer tool and no CUDA package (torch resolves to the CPU build); (1) no file in it holds a solution region of the source notebook, a hidden test, nbgrader's
 markers, the source notebook or the reference package; (2) a fresh virtual environment with the wheel
 installed (third-party packages borrowed read-only from this environment's site-packages, which are
 NOT processed as a site dir, so the editable mlbook_solutions / mlbook_tools / mlbook installs of this
@@ -20,7 +22,7 @@ import nbformat
 import pytest
 from mlbook_tools.build import MARKERS
 from mlbook_tools.config import layout
-from mlbook_tools.dist import student_dist
+from mlbook_tools.dist import DEV_TOOLS, student_dist, student_lock
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -63,10 +65,55 @@ def _regions():
     return [r for r in regions if len(r) >= 2]
 
 
+def test_student_lock_is_derived_from_the_dev_lock():
+    """requirements/student.txt is what `make student-lock` writes now: same versions as lock.txt."""
+    committed = (layout().root / "requirements" / "student.txt").read_text()
+    assert committed == student_lock(), "requirements/student.txt is stale: run `make student-lock`"
+    names = {line.split("==")[0] for line in committed.splitlines() if "==" in line}
+    assert {"torch", "numpy", "matplotlib", "tqdm", "jupyterlab", "ipykernel"} <= names
+    assert not names & set(DEV_TOOLS), names & set(DEV_TOOLS)
+    assert all("==" in line for line in committed.splitlines() if not line.startswith("#"))
+
+
+def test_dist_readme_says_how_to_install_cpu_torch(dist):
+    readme = (dist / "README.md").read_text()
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "macOS and Windows" in readme and "--allow-root" in readme
+    assert "python -m mlbook.handin" in readme
+    assert (dist / "requirements.txt").read_bytes() == (
+        layout().root / "requirements" / "student.txt"
+    ).read_bytes()
+    assert "jupytext" not in json.loads((dist / NB).read_text())["metadata"]
+
+
+@pytest.mark.slow
+def test_dist_installs_without_dev_tools_or_cuda(dist, tmp_path):
+    """What the README says, in a fresh venv: pip resolves the student lock plus the wheel. Here the
+    torch pin resolves to the local CPU wheel, as --index-url .../whl/cpu does on a Linux laptop."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    wheel = next(dist.glob("mlbook-*.whl"))
+    run = subprocess.run([*pip, "install", "--quiet", "-r", str(dist / "requirements.txt"), str(wheel)],
+                         capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    listed = subprocess.run(
+        [*pip, "list", "--format=json"], capture_output=True, text=True, check=True
+    )
+    installed = {
+        d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(listed.stdout)
+    }
+    assert "mlbook" in installed and "jupyterlab" in installed and "ipykernel" in installed
+    assert not set(DEV_TOOLS) & set(installed), set(DEV_TOOLS) & set(installed)
+    cuda = sorted(n for n in installed if n.startswith(("nvidia-", "triton", "cuda-")))
+    assert not cuda, cuda
+    assert installed["torch"].startswith("2.13.0"), installed["torch"]
+
+
 def test_dist_holds_only_the_library_and_the_release(dist):
     names = sorted(p.name for p in dist.iterdir())
     assert names == [
-        n for n in names if n in {NB, "rlhf_ppo.py", "requirements.txt"} or n.endswith(".whl")
+        n for n in names if n in {NB, "requirements.txt", "README.md"} or n.endswith(".whl")
     ]
     with zipfile.ZipFile(next(dist.glob("mlbook-*.whl"))) as whl:
         packages = {

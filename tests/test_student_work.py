@@ -2,20 +2,22 @@
 
 The README sends students to work in their own copy (``mlbook start``, outside the checkout). Here:
 answers typed there survive ``mlbook build`` and the file-writing parts of ``make chapter`` byte for
-byte; and a release notebook in the checkout that holds answers (the old place to work) makes
-``mlbook build``, ``mlbook build --check``, ``make notebooks`` and ``mlbook student-dist`` refuse
-with a message saying where to work, writing nothing.
+byte; and a release notebook in the checkout that is not byte for byte what the build wrote (an
+answer with the stub line commented out or left after ``return``, a note in a markdown cell, an
+answer in the ``.py`` form) makes ``mlbook build``, ``mlbook build --check`` and ``make notebooks``
+(the path ``make chapter`` takes) refuse, writing nothing, with advice that replaces no file.
 """
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
 import jupytext
 import pytest
 from mlbook_tools.config import layout
-from mlbook_tools.workcopy import answered_cells
+from mlbook_tools.workcopy import MANIFEST, read_manifest
 
 ROOT = layout().root
 MLBOOK = [sys.executable, "-m", "mlbook_tools.cli"]
@@ -44,6 +46,8 @@ def test_start_copies_the_release_and_never_overwrites(tmp_path):
     assert run.returncode == 0, run.stderr
     nb = work / "rlhf_ppo.ipynb"
     assert nb.read_bytes() == (layout().release / "rlhf_ppo.ipynb").read_bytes()
+    assert sorted(work.iterdir()) == [nb]  # nothing the student did not ask for
+    assert "jupytext" not in json.loads(nb.read_text())["metadata"]  # no paired .py on first save
     filled = _fill(nb.read_text()).encode()
     nb.write_bytes(filled)
     again = _run([*MLBOOK, "start", str(work)], cwd=tmp_path)
@@ -70,12 +74,43 @@ def test_answers_in_the_work_folder_survive_build_and_make(tmp_path):
     assert {p.name: p.read_bytes() for p in work.iterdir()} == before
 
 
-@pytest.mark.parametrize("suffix", [".ipynb", ".py"])
-def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
-    """The old place to work: a filled release file stops every writer, which writes nothing."""
+def _edit(text: str, how: str) -> str:
+    """The release notebook's text with one edit a student makes (none leaves a stub-free answer cell)."""
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        src = "".join(cell["source"])
+        if how == "markdown" and gid == "00_intro-0":
+            cell["source"] = src + "\n\nMy note: the KL term keeps the policy near the reference."
+        elif gid == "gae" and how in ("commented", "after-return"):
+            stub = next(ln for ln in src.split("\n") if "raise NotImplementedError" in ln)
+            answer = "    return rewards * 0.0, values * 0.0  # my own answer"
+            if how == "commented":
+                new = answer + "\n    # " + stub.strip()
+            else:
+                new = answer + "\n" + stub
+            cell["source"] = src.replace(stub, new)
+        else:
+            continue
+        return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how,suffix",
+    [
+        ("commented", ".ipynb"),
+        ("after-return", ".ipynb"),
+        ("markdown", ".ipynb"),
+        ("commented", ".py"),
+    ],
+)
+def test_build_refuses_to_overwrite_work_in_the_release(how, suffix):
+    """Any edit of a generated file stops every writer before it writes anything; the advice is safe."""
     path = layout().release / f"rlhf_ppo{suffix}"
     release = {p: p.read_bytes() for p in layout().release.iterdir() if p.is_file()}
-    ipynb = _fill((layout().release / "rlhf_ppo.ipynb").read_text())
+    ipynb = _edit((layout().release / "rlhf_ppo.ipynb").read_text(), how)
+    assert "raise NotImplementedError" in ipynb  # a stub-text heuristic would call this untouched
     filled = (
         ipynb
         if suffix == ".ipynb"
@@ -83,13 +118,17 @@ def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
     )
     try:
         path.write_text(filled)
-        assert answered_cells(path) == ["gae"]
         for cmd in ([*MLBOOK, "build"], [*MLBOOK, "build", "--check"], ["make", "notebooks"]):
             run = _run(cmd)
             out = run.stdout + run.stderr
             assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
-            assert "holds answers (gae)" in out and "mlbook start" in out, out
-            assert "Traceback" not in out and "wrote " not in out, out
+            assert f"rlhf_ppo{suffix}: not what `mlbook build` wrote" in out, out
+            assert "Traceback" not in out and not re.search("^wrote ", out, re.M), out
+            assert (
+                "mv " not in out
+                and "cp -n " in out
+                and "rlhf-ppo-work/rlhf_ppo-from-checkout" in out
+            ), out
             assert path.read_text() == filled
             for p, data in release.items():
                 if p != path:
@@ -99,6 +138,46 @@ def test_build_refuses_to_overwrite_answers_in_the_release(suffix):
             p.write_bytes(data)
 
 
+def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one():
+    """The fingerprints beside the outputs are exact, and `mlbook build --check` compares them too."""
+    manifest = read_manifest()
+    assert "chapters/rlhf_ppo.ipynb" in manifest and "chapters/rlhf_ppo.py" in manifest
+    assert any(p.startswith("solutions/notebooks/") for p in manifest)
+    assert any(p.startswith("autograde/source/") for p in manifest)
+    import hashlib
+
+    for rel, digest in manifest.items():
+        assert hashlib.sha256((ROOT / rel).read_bytes()).hexdigest() == digest, rel
+    path = layout().release / MANIFEST
+    before = path.read_bytes()
+    try:
+        path.write_text(before.decode() + f"{'0' * 64}  chapters/removed_long_ago.ipynb\n")
+        run = _run([*MLBOOK, "build", "--check"])
+        assert run.returncode == 1 and f"chapters/{MANIFEST}" in run.stdout, run.stdout + run.stderr
+    finally:
+        path.write_bytes(before)
+
+
+def test_make_chapter_writes_notebooks_only_through_mlbook_build():
+    """`make chapter` is slow; its dry run shows that the generated notebooks are written only by
+    `mlbook build` (the guarded writer) and that nbconvert writes only under build/."""
+    dry = _run(["make", "-n", "chapter"]).stdout.replace("\\\n", " ")
+    lines = [ln for ln in dry.splitlines() if ln.strip()]
+    assert any(ln.strip().endswith("/mlbook build") for ln in lines), dry
+    for ln in lines:
+        if "nbconvert" in ln:
+            assert re.search(r"--output-dir build[/ ]", ln), ln
+        assert "chapters/" not in ln and ">" not in ln.replace("->", ""), ln
+
+
+def test_released_notebook_carries_no_jupytext_pairing():
+    """JupyterLab with jupytext would write a paired .py beside every student copy."""
+    for path in layout().release.glob("*.ipynb"):
+        assert "jupytext" not in json.loads(path.read_text())["metadata"], path
+    for path in layout().release.glob("*.py"):
+        assert "formats:" not in path.read_text().split("# ---", 2)[1], path
+
+
 def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
     out = tmp_path / "dist"
     out.mkdir()
@@ -106,7 +185,8 @@ def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
     nb.write_text(_fill((layout().release / "rlhf_ppo.ipynb").read_text()))
     before = nb.read_bytes()
     run = _run([*MLBOOK, "student-dist", "--out", str(out)])
-    assert run.returncode == 1 and "refused:" in run.stderr and "holds answers" in run.stderr
+    assert run.returncode == 1 and "refused:" in run.stderr, run.stderr
+    assert "did not write (rlhf_ppo.ipynb)" in run.stderr, run.stderr
     assert nb.read_bytes() == before and sorted(out.iterdir()) == [nb]
 
 
@@ -144,3 +224,166 @@ def test_ex5_check_enforces_one_off_the_response():
     ppo_checks.check_ex5_importance_ratios(importance_ratios)
     with pytest.raises(AssertionError, match="1 off the response"):
         ppo_checks.check_ex5_importance_ratios(unmasked)
+
+
+# ------------------------------------------------------------------------------------- hand-in
+
+
+def _solved_copy(path: pathlib.Path) -> bytes:
+    """The release with every answer cell holding the reference answer (what a full-marks student saves)."""
+    nb = json.loads((layout().release / "rlhf_ppo.ipynb").read_text())
+    solved = {
+        c["id"]: c for c in json.loads((layout().solved / "rlhf_ppo.ipynb").read_text())["cells"]
+    }
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("solution") and cell["cell_type"] == "code":
+            cell["source"] = solved[cell["id"]]["source"]
+    data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+    path.write_bytes(data)
+    return data
+
+
+def test_handin_writes_exactly_the_saved_file_under_the_course_name(tmp_path):
+    """A copy named rlhf_ppo-Copy1.ipynb with full answers: the visible checks pass, and the file to
+    upload is the saved bytes under the name the course expects; an earlier upload is kept."""
+    nb = tmp_path / "rlhf_ppo-Copy1.ipynb"
+    data = _solved_copy(nb)
+    (tmp_path / "to-upload").mkdir()
+    (tmp_path / "to-upload" / "rlhf_ppo.ipynb").write_text("{}")
+    run = _run([*MLBOOK, "handin", str(nb)], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (
+        "the course expects the name rlhf_ppo.ipynb; this file is rlhf_ppo-Copy1.ipynb"
+        in run.stdout
+    )
+    assert "✗" not in run.stdout and re.search(r"(\d+) of \1 visible checks pass", run.stdout), (
+        run.stdout
+    )
+    assert "cell " not in run.stdout.replace("Check your work cell", ""), (
+        run.stdout
+    )  # names, not numbers
+    assert (tmp_path / "to-upload" / "rlhf_ppo.ipynb").read_bytes() == data
+    assert len(list((tmp_path / "to-upload").glob("rlhf_ppo.earlier-*.ipynb"))) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rlhf_ppo-Copy1.ipynb", "to-upload"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "duplicate", "syntax"])
+def test_handin_refuses_a_damaged_notebook_and_writes_nothing(tmp_path, damage):
+    nb = tmp_path / "rlhf_ppo.ipynb"
+    text = (layout().release / "rlhf_ppo.ipynb").read_text()
+    if damage == "truncated":
+        text = text[: len(text) // 2]
+    else:
+        doc = json.loads(text)
+        i = next(
+            i
+            for i, c in enumerate(doc["cells"])
+            if c["metadata"].get("nbgrader", {}).get("grade_id") == "gae"
+        )
+        if damage == "duplicate":
+            doc["cells"].insert(i + 1, dict(doc["cells"][i], id="gae-copy"))
+        else:
+            doc["cells"][i]["source"] = "def gae(rewards, values:\n    return rewards\n"
+        text = json.dumps(doc)
+    nb.write_text(text)
+    run = _run([*MLBOOK, "handin", str(nb)], cwd=tmp_path)
+    assert run.returncode == 1 and "nothing was written" in run.stderr, run.stdout + run.stderr
+    expected = {"truncated": "not a readable notebook", "duplicate": "'gae' appears twice",
+                "syntax": "'gae' has a syntax error"}[damage]  # fmt: skip
+    assert expected in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "to-upload").exists()
+
+
+def test_handin_in_a_cell_refuses_answers_the_file_does_not_hold(tmp_path):
+    """In the kernel: a gae edited (or saved) but not both saved and run is named; nothing written."""
+    from mlbook.handin import CannotHandIn, handin, unsaved_answers
+
+    nb = tmp_path / "rlhf_ppo.ipynb"
+    _solved_copy(nb)
+    doc = json.loads(nb.read_text())
+    saved = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in doc["cells"]
+             if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}  # fmt: skip
+    assert unsaved_answers(doc, list(saved.values())) == []
+    assert (
+        unsaved_answers(doc, [*saved.values(), "# a comment is no change\n" + saved["gae"]]) == []
+    )
+    edited = saved["gae"].replace("return ", "return 2 * ", 1)
+    assert unsaved_answers(doc, [*saved.values(), edited]) == ["gae"]
+    with pytest.raises(CannotHandIn, match="disagree about gae: save"):
+        handin(nb, namespace={"In": [*saved.values(), edited]})
+    assert not (tmp_path / "to-upload").exists()
+
+
+# ------------------------------------------------------------------------------------ progress
+
+
+def test_long_commands_print_a_line_per_stage_only_when_watched():
+    """Quiet when captured (CI, logs); a line per stage on a terminal or in a notebook's `!` cell."""
+    import os
+
+    quiet_env = {
+        k: v for k, v in os.environ.items() if k not in ("MLBOOK_PROGRESS", "JPY_PARENT_PID")
+    }
+    quiet = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
+                           env=quiet_env, timeout=900)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
+                          env={**quiet_env, "MLBOOK_PROGRESS": "1"}, timeout=900)  # fmt: skip
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", loud.stderr, re.M)
+    assert loud.returncode == 0 and len(stages) >= 3, loud.stderr
+    assert any("generate_assignment" in s for s in stages), stages
+    cell = subprocess.run([*MLBOOK, "grade", str(layout().release / "rlhf_ppo.ipynb")], cwd=ROOT,
+                          capture_output=True, text=True, env={**quiet_env, "JPY_PARENT_PID": "1"},
+                          timeout=900)  # fmt: skip
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", cell.stderr, re.M)
+    assert (
+        len(stages) == 2 and stages[0].startswith("grading ") and stages[1].startswith("graded in")
+    )
+    assert "core total: 0 / 10" in cell.stdout and "[" not in cell.stdout.split("\n")[0]
+
+
+def test_visible_gae_check_gives_the_hidden_tests_hint():
+    """Every GAE mistake the visible check catches says what to look at (padding must not leak in;
+    gamma * lambda carries the advantage), as the hidden test does, never only "expected ... got"."""
+    from test_visible_checks import ALL_WRONG, run_visible
+
+    messages = {}
+    for name, (_, symbol, source) in ALL_WRONG.items():
+        if symbol != "gae":
+            continue
+        try:
+            run_visible(source, "test_gae_matches_brute_force_and_mc_return")
+        except AssertionError as err:
+            messages[name] = str(err)
+    assert {"gae_leaks_past_response_end", "gae_gamma_ignored_in_carry"} <= set(messages), messages
+    for name, message in messages.items():
+        if "expected" in message and "got" in message:
+            assert "leak" in message and "gamma * lambda" in message, (name, message)
+    assert "padding values" in messages["gae_leaks_past_response_end"]
+
+
+def test_readme_student_section_covers_root_and_a_clean_checkout():
+    """What a new student trips over, said where they read: --allow-root, `make env` after git clean,
+    CPU-only torch for a graded course on Linux, and how to hand in."""
+    readme = (ROOT / "README.md").read_text()
+    students = readme[readme.index("## Students") : readme.index("## Instructors")]
+    assert "--allow-root" in students
+    assert "git clean -fdx" in students and "make env" in students.split("git clean -fdx")[1][:200]
+    assert (
+        "--index-url https://download.pytorch.org/whl/cpu" in students
+        and "macOS and Windows" in students
+    )
+    assert "mlbook handin" in students and "mlbook.handin" in students
+    assert "holds answers" not in students and " mv " not in students
+
+
+def test_student_dist_never_ships_an_edited_release(tmp_path):
+    path = layout().release / "rlhf_ppo.ipynb"
+    before = path.read_bytes()
+    try:
+        path.write_text(_edit(before.decode(), "markdown"))
+        run = _run([*MLBOOK, "student-dist", "--out", str(tmp_path / "dist")])
+        assert run.returncode == 1 and "not what `mlbook build` wrote" in run.stderr, run.stderr
+        assert not (tmp_path / "dist").exists()
+    finally:
+        path.write_bytes(before)

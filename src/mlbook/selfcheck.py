@@ -28,18 +28,25 @@ def _check_cells(path: pathlib.Path) -> list[tuple[str, str, bool]]:
 
     A visible check is a read-only code cell with an ``assert`` that runs on your answers: the check
     cell after each function (tagged ``raises-exception`` until the answers exist) and the visible
-    part of a graded cell. The name says which answer it checks.
+    part of a graded cell. The name says which answer it checks, or, for a check after the prose,
+    the section it is in and the functions of yours it calls (never a cell number: cells move).
     """
-    out, last, previous_was_answer = [], None, False
-    for i, cell in enumerate(json.loads(path.read_text()).get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
+    out, last, previous_was_answer, section, answers = [], None, False, "the notebook", set()
+    for cell in json.loads(path.read_text()).get("cells", []):
         meta = cell.get("metadata", {})
         nbg = meta.get("nbgrader", {})
         src = cell.get("source", "")
         src = "".join(src) if isinstance(src, list) else src
+        if cell.get("cell_type") == "markdown":
+            heading = next((ln for ln in src.split("\n") if ln.startswith("#")), None)
+            if heading:
+                section = heading.lstrip("#").strip()
+            continue
+        if cell.get("cell_type") != "code":
+            continue
         if nbg.get("solution"):
             last, previous_was_answer = nbg.get("grade_id"), True
+            answers |= _defined(src)
             continue
         graded = bool(nbg.get("grade"))
         try:
@@ -48,15 +55,31 @@ def _check_cells(path: pathlib.Path) -> list[tuple[str, str, bool]]:
             asserts = False
         if asserts and (graded or "raises-exception" in meta.get("tags", [])):
             if graded:
-                name = nbg.get("grade_id", f"cell {i + 1}")
+                name = nbg.get("grade_id", f"graded check in {section}")
             elif previous_was_answer:
                 name = f"check of {last}"
             else:
-                name = f"cell {i + 1} (uses your answers)"
+                used = sorted(answers & _called(src))
+                name = f"check in {section}" + (f" (uses {', '.join(used)})" if used else "")
             hidden = "hidden-tests" in meta.get("tags", [])  # the solved notebook
             out.append((name, src, hidden))
         previous_was_answer = False
     return out
+
+
+def _defined(src: str) -> set[str]:
+    try:
+        body = ast.parse(src).body
+        return {n.name for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    except SyntaxError:
+        return set()
+
+
+def _called(src: str) -> set[str]:
+    try:
+        return {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return set()
 
 
 def _namespace() -> dict:
@@ -71,10 +94,16 @@ def _namespace() -> dict:
     return shell.user_ns
 
 
-def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | None = None) -> dict:
+def check(
+    notebook: str | pathlib.Path = "rlhf_ppo.ipynb",
+    namespace: dict | None = None,
+    definitions_only: bool = False,
+) -> dict:
     """Run the visible checks of ``notebook`` in ``namespace`` (default: this kernel), print them.
 
-    Returns {grade_id: None if the check passed, else its message}.
+    Returns {grade_id: None if the check passed, else its message}. With ``definitions_only`` (the
+    namespace holds the file's imports, functions and classes, nothing it computed: in a terminal,
+    ``mlbook.handin``) a check that needs a value the notebook's run computes is listed as not run.
     """
     path = pathlib.Path(notebook)
     if not path.exists():  # said, not raised: Run All goes on, and the line says what to do
@@ -95,12 +124,21 @@ def check(notebook: str | pathlib.Path = "rlhf_ppo.ipynb", namespace: dict | Non
                 exec(compile(src, f"<check {grade_id}>", "exec"), dict(ns))  # noqa: S102 - the notebook's own cell
             results[grade_id] = None
             print(f"✓ {grade_id}{extra}")
+        except NameError as err:
+            if not definitions_only:
+                results[grade_id] = f"NameError: {err}"
+                print(f"✗ {grade_id}{extra}: NameError: {err} (run the cells above first)")
+                continue
+            print(f"- {grade_id}{extra}: not run here (it needs the notebook's run: {err})")
         except Exception as err:  # noqa: BLE001 - report every check, not only the first failure
             message = f"{type(err).__name__}: {err}".strip().split("\n")[0][:300]
             results[grade_id] = message
             print(f"✗ {grade_id}{extra}: {message}")
     passed = sum(v is None for v in results.values())
     print(f"\n{passed} of {len(results)} visible checks pass.", end=" ")
+    if definitions_only:
+        print()
+        return results
     if hidden_seen:
         print("This notebook holds the hidden tests; they ran in its graded cells.")
         return results

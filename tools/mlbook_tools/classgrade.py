@@ -217,6 +217,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     from nbgrader.api import Gradebook, MissingEntry
 
     course = pathlib.Path(course).resolve()
+    require_course(course, assignment)  # before anything is written (a stray gradebook.db)
     source = course / "source" / assignment / f"{assignment}.ipynb"
     if not trusted:
         why = sandbox.check_available()
@@ -246,17 +247,12 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             try:
                 old = json.loads(state.read_text())
                 if old.get("fingerprint") == fp and _made_here(course, assignment, student, fp):
-                    results[student] = old
+                    results[student] = {**old, "unchanged": True}
                     continue
             except (OSError, ValueError):
                 pass
         jobs.append((student, str(nb_path), fp))
-    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
-        if not (folder / f"{assignment}.ipynb").exists():
-            print(
-                f"{folder.parent.name:20s} no {assignment}.ipynb in the submission folder: nothing to grade",
-                file=out,
-            )
+    report_misnamed(course, assignment, results, out)
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
     bar = None
@@ -303,6 +299,54 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     if bar is not None:
         bar.close()
     return results
+
+
+class NotACourse(FileNotFoundError):
+    """The folder grade-class was pointed at is not an nbgrader course folder."""
+
+
+def require_course(course: pathlib.Path, assignment: str) -> None:
+    """Stop, writing nothing, unless ``course`` is a course folder holding ``assignment``'s source."""
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    if not (course / "nbgrader_config.py").is_file() or not source.is_file():
+        missing = (
+            "nbgrader_config.py"
+            if not (course / "nbgrader_config.py").is_file()
+            else str(source.relative_to(course))
+        )
+        raise NotACourse(
+            f"{course} is not a course folder (no {missing}); nothing was written. Create one with "
+            f"`mlbook new-course DIR`, put submissions at DIR/submitted/<student>/{assignment}/{assignment}.ipynb, "
+            "then run `mlbook grade-class --course DIR` (or run it inside DIR)"
+        )
+
+
+def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -> None:
+    """A submission folder without ``<assignment>.ipynb`` (e.g. only ``rlhf_ppo-Copy1.ipynb``) is a
+    problem of that student, named in the results, the summary and both exports (the student is
+    added to the gradebook with no submission, the status column names the file found)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
+        if (folder / f"{assignment}.ipynb").exists():
+            continue
+        student = folder.parent.name
+        found = (
+            sorted(p.name for p in folder.glob("*.ipynb"))
+            or sorted(p.name for p in folder.iterdir())[:5]
+        )
+        what = ", ".join(found) if found else "an empty folder"
+        why = f"no {assignment}.ipynb in {folder.relative_to(course)}: found {what}; rename it to {assignment}.ipynb and rerun"
+        results[student] = {"misnamed": found, "problems": [why], "not_graded": True}
+        state = course / ".mlbook_grading" / assignment / f"{student}.json"
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps(results[student]))
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            try:
+                gb.find_student(student)
+            except MissingEntry:
+                gb.add_student(student, last_name=student, first_name="")
+        print(f"{student:20s} NOT GRADED: " + grading.printable(why), file=out)
 
 
 def _marked(notebook: str | None, fp: str) -> str | None:

@@ -5,6 +5,8 @@ mlbook start [DIR]                           copy the released notebooks to your
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
                                              (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
+mlbook handin [PATH.ipynb]                   check your saved notebook, run the visible checks, write
+                                             to-upload/rlhf_ppo.ipynb beside it (python -m mlbook.handin)
 mlbook student-dist [--out D]                write what students get: the library wheel and the released notebooks
 mlbook new-course DIR                        create an nbgrader course folder (config + source notebook)
 mlbook grade-class [--course DIR] [--workers N] [--force]
@@ -58,6 +60,8 @@ def _main(argv: list[str] | None = None) -> int:
     )
     st = sub.add_parser("start", help="copy the released notebooks into your own work folder")
     st.add_argument("dir", nargs="?", default=None, help="your folder (default: ~/rlhf-ppo-work)")
+    h = sub.add_parser("handin", help="check your saved notebook and write the file to upload")
+    h.add_argument("path", nargs="?", default="rlhf_ppo.ipynb")
     nc = sub.add_parser("new-course", help="create an nbgrader course folder outside the checkout")
     nc.add_argument("dir")
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
@@ -114,13 +118,15 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"kept your {out / name} (never overwritten)")
         print(f"work there: cd {out} && {pathlib.Path(sys.executable).parent / 'jupyter'} lab")
         return 0
+    if args.command == "handin":
+        from mlbook.handin import main as handin_main
+
+        return handin_main([args.path])
     if args.command == "new-course":
         from mlbook_tools.course import new_course
 
         out = new_course(args.dir)
-        print(
-            f"course folder {out}: put submissions at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb"
-        )
+        print(_next_commands(out))
         return 0
     if args.command == "student-dist":
         from mlbook_tools.dist import student_dist
@@ -129,6 +135,9 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "build":
         from mlbook_tools.build import build
+        from mlbook_tools.progress import stage
+
+        stage("mlbook build: checking that no generated file holds someone's work")
 
         return build(check=args.check, execute=not args.no_execute)
 
@@ -142,9 +151,8 @@ def _main(argv: list[str] | None = None) -> int:
         )
     if args.command == "grade-class":
         from mlbook_tools.classgrade import grade_class
-        from mlbook_tools.config import layout
 
-        course = pathlib.Path(args.course) if args.course else layout().course
+        course = _course_folder(args.course)
         kwargs = {"budget": args.budget} if args.budget else {}
         try:
             results = grade_class(
@@ -153,17 +161,14 @@ def _main(argv: list[str] | None = None) -> int:
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
-        print(
-            f"{len(results) - len(ungraded)} submissions graded; `nbgrader export` and `nbgrader generate_feedback` work on top"
-        )
-        if ungraded:
-            print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
-            return 1
-        return 0
+        return _class_summary(results)
 
     from mlbook_tools.grading import grade_notebook
+    from mlbook_tools.progress import stage
 
+    stage(
+        f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
+    )
     try:
         result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
     except sandbox.SandboxUnavailable as err:
@@ -175,11 +180,74 @@ def _main(argv: list[str] | None = None) -> int:
     except (driver.CannotGrade, FileNotFoundError) as err:
         print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
         return 1
+    stage(f"graded in {result.get('seconds', 0):.0f} s")
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print_report(result)
     return 1 if result.get("error") else 0
+
+
+def _course_folder(given: str | None) -> pathlib.Path:
+    """--course, else the working directory when it is a course folder; never the checkout's own
+    autograde/ by accident (it has no submissions: "0 graded" would look like success)."""
+    if given:
+        return pathlib.Path(given)
+    here = pathlib.Path.cwd()
+    if (here / "nbgrader_config.py").is_file():
+        return here
+    raise ValueError(
+        f"which course? {here} is not a course folder (no nbgrader_config.py). Run grade-class inside "
+        "the course folder, or pass --course DIR; `mlbook new-course DIR` creates one"
+    )
+
+
+def _class_summary(results: dict) -> int:
+    """One line on what this run did: graded now, unchanged (skipped), not graded (and why)."""
+    now = sorted(s for s, r in results.items() if not r.get("unchanged") and not r.get("ungraded")
+                 and not r.get("not_graded"))  # fmt: skip
+    kept = sorted(s for s, r in results.items() if r.get("unchanged"))
+    ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
+    misnamed = sorted(s for s, r in results.items() if r.get("not_graded"))
+    unreadable = sorted(s for s in now if results[s].get("error"))
+    line = f"{len(now)} submissions graded now"
+    if kept:
+        line += f", {len(kept)} unchanged since their last grading (kept; --force regrades them)"
+    if not results:
+        line = (
+            "no submissions found: put them at submitted/<student>/<assignment>/<assignment>.ipynb"
+        )
+    print(
+        line
+        + ("; `nbgrader export` and `nbgrader generate_feedback` work on top" if results else "")
+    )
+    if unreadable:
+        print(
+            f"UNREADABLE (recorded as such, flagged for manual grading): {', '.join(unreadable)}",
+            file=sys.stderr,
+        )
+    if misnamed:
+        names = "; ".join(
+            f"{s}: {', '.join(results[s]['misnamed']) or 'empty folder'}" for s in misnamed
+        )
+        print(f"NOT GRADED, misnamed (rename, then rerun): {names}", file=sys.stderr)
+    if ungraded:
+        print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
+    return 1 if ungraded or misnamed or not results else 0
+
+
+def _next_commands(out: pathlib.Path) -> str:
+    mlbook = pathlib.Path(sys.executable).parent / "mlbook"
+    jupyter = pathlib.Path(sys.executable).parent / "jupyter"
+    return (
+        f"course folder {out}\nNext:\n"
+        f"  cd {out}\n"
+        "  # put each submission at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb (nbgrader collect does)\n"
+        f"  {mlbook} grade-class                    # sandboxed; fills gradebook.db and autograded/\n"
+        f"  {jupyter} server                        # formgrader at /formgrader (as root: --allow-root)\n"
+        f"  {pathlib.Path(sys.executable).parent / 'nbgrader'} generate_feedback rlhf_ppo   # feedback/<student>/...html\n"
+        f"  {pathlib.Path(sys.executable).parent / 'nbgrader'} export                       # grades.csv"
+    )
 
 
 def print_report(result: dict) -> None:

@@ -2,7 +2,7 @@
 
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
-``needs_manual_grade`` and the submission ``timestamp``, then one column per graded cell
+``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one column per graded cell
 (``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``, with this course's
 ``CoreExtraCsvExport``) stays the default.
 """
@@ -13,7 +13,12 @@ import csv
 
 from nbgrader.plugins import ExportPlugin
 
-from mlbook_tools.grading import assignment_points, export_course, submission_scores
+from mlbook_tools.grading import (
+    assignment_points,
+    export_course,
+    submission_scores,
+    submission_status,
+)
 
 FIELDS = (
     "score",
@@ -22,6 +27,7 @@ FIELDS = (
     "extra_credit_max",
     "needs_manual_grade",
     "timestamp",
+    "status",  # graded, needs manual grading, unreadable: why, misnamed: <file>, no submission
 )
 
 
@@ -50,6 +56,10 @@ class WideCsvExport(ExportPlugin):
                 try:
                     sub = gradebook.find_submission(assignment.name, student.id)
                 except MissingEntry:
+                    status = submission_status(
+                        export_course(self), assignment.name, student.id, None
+                    )
+                    row[f"{assignment.name}:status"] = status
                     continue
                 scores = submission_scores(sub, points[assignment.name])
                 a = assignment.name
@@ -58,6 +68,7 @@ class WideCsvExport(ExportPlugin):
                             f"{a}:extra_credit_max": scores["extra_credit"]["max_score"],
                             f"{a}:needs_manual_grade": bool(sub.needs_manual_grade),
                             f"{a}:timestamp": sub.timestamp.isoformat() if sub.timestamp else ""})  # fmt: skip
+                row[f"{a}:status"] = submission_status(export_course(self), a, student.id, sub)
                 for gid, g in scores["grades"].items():
                     row[f"{a}:{gid}"] = g["score"]
             rows.append(row)

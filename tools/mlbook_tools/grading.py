@@ -385,8 +385,12 @@ class CoreExtraCsvExport(ExportPlugin):
     def export(self, gradebook) -> None:
         from nbgrader.api import MissingEntry
 
-        keys = ["assignment", "student_id", "last_name", "first_name", "score", "max_score", "extra_credit",
-                "extra_credit_max", "needs_manual_grade"]  # fmt: skip
+        keys = STANDARD_COLUMNS + [
+            "extra_credit",
+            "extra_credit_max",
+            "needs_manual_grade",
+            "status",
+        ]
         root = export_course(self)
         with open(self.to or "grades.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
@@ -413,7 +417,22 @@ class CoreExtraCsvExport(ExportPlugin):
                         )
                     row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
+                    row.update(standard_columns(assignment, student, sub, scores["score"]))
+                    row["status"] = submission_status(root, assignment.name, student.id, sub)
                     writer.writerow(row)
+
+
+# nbgrader's own CSV columns, in its order (``score`` here is the core score, late penalty taken off).
+STANDARD_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
+                    "email", "raw_score", "late_submission_penalty", "score", "max_score"]  # fmt: skip
+
+
+def standard_columns(assignment, student, sub, core: float) -> dict:
+    """nbgrader's columns for one row: raw_score is the core score before the late penalty."""
+    penalty = float(sub.late_submission_penalty or 0.0) if sub is not None else 0.0
+    stamp = sub.timestamp if sub is not None and sub.timestamp else ""
+    return {"duedate": assignment.duedate or "", "timestamp": stamp, "email": student.email or "",
+            "raw_score": core, "late_submission_penalty": penalty, "score": max(0.0, core - penalty)}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ the engine
@@ -652,12 +671,16 @@ def record(
         except (ValueError, OverflowError, OSError):
             when = {}
         gb.update_or_create_submission(assignment, student, **when)
+        blanks = blank_written_answers(notebook)
         for cell in source_nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
             grade = gb.find_grade(meta["grade_id"], nb_name, assignment, student)
             if meta.get("solution"):  # a written answer: formgrader's job
+                if meta["grade_id"] in blanks:  # as nbgrader's Autograde (button): untouched is 0
+                    grade.auto_score, grade.needs_manual_grade = 0.0, False
+                    continue
                 grade.auto_score = None
                 grade.needs_manual_grade = grade.manual_score is None
                 continue
@@ -670,4 +693,63 @@ def record(
             else:
                 grade.auto_score = score
             grade.needs_manual_grade = grade.manual_score is not None
+        if result.get("error"):  # unreadable: formgrader flags it for a person, never a plain 0
+            flag_unreadable(gb, assignment, student)
         gb.db.commit()
+
+
+# ------------------------------------------------ one status everywhere (grade-class, button, exports)
+
+TEXT_STUB = "YOUR ANSWER HERE"  # nbgrader's ClearSolutions.text_stub in this course's config
+
+
+def blank_written_answers(notebook: str | None) -> set[str]:
+    """Grade ids of written answers (graded markdown answer cells) left as released or emptied.
+
+    nbgrader's Autograde (formgrader's button) scores such a cell 0 with no manual grading needed
+    (its checksum is unchanged); grade-class records the same, so both say one thing."""
+    import json
+
+    if not notebook:
+        return set()
+    try:
+        cells = json.loads(notebook).get("cells", [])
+    except ValueError:
+        return set()
+    out = set()
+    for cell in cells:
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if cell.get("cell_type") == "markdown" and meta.get("solution") and meta.get("grade"):
+            src = cell.get("source", "")
+            src = "".join(src) if isinstance(src, list) else str(src)
+            if src.strip() in ("", TEXT_STUB):
+                out.add(meta.get("grade_id"))
+    return out
+
+
+def flag_unreadable(gb, assignment: str, student: str) -> None:
+    """Every grade of an unreadable submission needs a person: formgrader lists it as needing
+    manual grading (its autograded notebook says why), the exports' status says unreadable."""
+    sub = gb.find_submission(assignment, student)
+    for nb in sub.notebooks:
+        for grade in nb.grades:
+            grade.needs_manual_grade = True
+
+
+def submission_status(course: pathlib.Path, assignment: str, student: str, sub) -> str:
+    """What the exports' ``status`` column says: graded, needs manual grading, unreadable: why,
+    misnamed: <file> (rename it to grade it), or no submission."""
+    import json
+
+    state = course / ".mlbook_grading" / assignment / f"{student}.json"
+    try:
+        saved = json.loads(state.read_text()) if state.is_file() else {}
+    except (OSError, ValueError):
+        saved = {}
+    if saved.get("misnamed") and sub is None:
+        return f"misnamed: {', '.join(saved['misnamed'])} (expected {assignment}.ipynb)"
+    if sub is None:
+        return "no submission"
+    if saved.get("error"):
+        return "unreadable: " + printable(str(saved["error"]))[:200]
+    return "needs manual grading" if sub.needs_manual_grade else "graded"

@@ -50,6 +50,13 @@ class FeedbackExporter(HTMLExporter):
     def template_basedirs() -> list[str]:
         return [str(TEMPLATES), str(nbgrader_templates())]
 
+    def from_notebook_node(self, nb, resources=None, **kw):
+        """The page with its math as MathML (mathml.py): self-contained, typeset offline when copied alone."""
+        from mlbook_tools.mathml import typeset
+
+        output, resources = super().from_notebook_node(nb, resources, **kw)
+        return typeset(output), resources
+
 
 def copy_to(dest: str | pathlib.Path) -> pathlib.Path:
     """Copy MathJax to ``dest`` (replacing an older copy); returns ``dest``."""

@@ -4,72 +4,132 @@
 ``~/rlhf-ppo-work``), outside the checkout, so that no build, test, make target, ``git checkout``
 or fresh clone ever writes there; a notebook already in DIR is never overwritten.
 
-:func:`refuse_if_answered` is called by ``mlbook build`` (every mode) and ``mlbook student-dist``
-before they write anything: a released notebook (``chapters/<nb>.ipynb`` or its ``.py`` pair) in
-which an answer cell no longer holds nbgrader's stub, or which has cells the release does not
-have, holds a student's answers, and the command stops with a message saying where to work.
+The guard decides by content, never by guessing what an answer looks like: ``mlbook build`` keeps
+the SHA-256 of every file it writes in a manifest beside its outputs (``chapters/.generated.sha256``,
+the format of ``sha256sum``, committed with them). A generated file is overwritten only when its
+bytes are exactly the ones the manifest records (or exactly the bytes about to be written); any
+other content (an answer with the stub commented out, a note in a markdown cell, a changed
+space) is somebody's work, unless git holds exactly those bytes as the committed version (nothing
+can be lost then: after a merge of two branches' generated files the manifest may not list them), and the command stops before writing anything, saying where the work
+can go without replacing anything.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import pathlib
 import shutil
-
-import jupytext
+import subprocess
 
 from mlbook_tools.config import layout
 
 DEFAULT_DIR = pathlib.Path("~/rlhf-ppo-work")
-STUBS = ("raise NotImplementedError", "YOUR ANSWER HERE")  # what nbgrader leaves in an answer cell
+MANIFEST = ".generated.sha256"  # in the release folder (chapters/); paths in it are root-relative
 
 
 class HoldsAnswers(RuntimeError):
-    """A file a command would overwrite holds a student's answers."""
+    """A file a command would overwrite is not what a build wrote: it holds someone's work."""
 
 
-def _cells(path: pathlib.Path) -> list[dict]:
-    text = path.read_text(errors="replace")
-    if path.suffix == ".py":
-        return [dict(c) for c in jupytext.reads(text, fmt="py:percent").cells]
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_path() -> pathlib.Path:
+    return layout().release / MANIFEST
+
+
+def read_manifest(path: pathlib.Path | None = None) -> dict[str, str]:
+    """Root-relative path -> SHA-256 of the bytes the last build wrote there ({} without a manifest)."""
+    path = path or manifest_path()
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and len(parts[0]) == 64:
+            out[parts[1].lstrip("*")] = parts[0]
+    return out
+
+
+def manifest_text(files: dict[pathlib.Path, str]) -> str:
+    """The manifest for ``files`` (path -> text as written); ``sha256sum -c`` reads it from the root."""
+    root = layout().root
+    rows = sorted(
+        (str(p.relative_to(root)), digest(t.encode()))
+        for p, t in files.items()
+        if p.name != MANIFEST
+    )
+    return "".join(f"{h}  {p}\n" for p, h in rows)
+
+
+def _committed(path: pathlib.Path, data: bytes) -> bool:
+    """Whether ``data`` is exactly the version of ``path`` committed at git's HEAD (False without git)."""
+    root = layout().root
     try:
-        return list(json.loads(text).get("cells", []))
-    except (ValueError, AttributeError):
-        return [{"cell_type": "raw", "source": "unreadable notebook", "metadata": {}}]
+        run = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{path.relative_to(root)}"],
+                             capture_output=True, timeout=30)  # fmt: skip
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return False
+    return run.returncode == 0 and run.stdout == data
 
 
-def answered_cells(path: str | pathlib.Path) -> list[str]:
-    """Names of the cells of a released notebook that hold a student's work (empty: none)."""
-    found = []
-    for i, cell in enumerate(_cells(pathlib.Path(path))):
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        meta = (cell.get("metadata") or {}).get("nbgrader")
-        if not isinstance(meta, dict):
-            if source.strip():
-                found.append(f"cell {i + 1} (a cell the release does not have)")
-        elif meta.get("solution") and not any(stub in source for stub in STUBS):
-            found.append(str(meta.get("grade_id", f"cell {i + 1}")))
-    return found
+def _work_copy_hint(path: pathlib.Path) -> str:
+    """Advice that replaces nothing: copy to a name that does not exist yet in the student's folder."""
+    folder = DEFAULT_DIR.expanduser()
+    shown = (
+        f"~/{folder.relative_to(pathlib.Path.home())}"
+        if folder.is_relative_to(pathlib.Path.home())
+        else str(folder)
+    )
+    stem, n = f"{path.stem}-from-checkout", 1
+    while (folder / f"{stem}{path.suffix}").exists():
+        n += 1
+        stem = f"{path.stem}-from-checkout-{n}"
+    target = f"{shown}/{stem}{path.suffix}"
+    root = layout().root
+    restore = (
+        f"`git -C {root} checkout -- {path.relative_to(root)}`"
+        if path.is_relative_to(root)
+        else "rerun the command"
+    )
+    return (
+        f"Keep your work: `mkdir -p {shown} && cp -n {path} {target}` (cp -n never replaces a file; "
+        f"{shown} is the folder `mlbook start` sets up, where no command writes), then continue there; "
+        f"afterwards {restore} restores the generated file."
+    )
 
 
-def refuse_if_answered(paths) -> None:
-    """Raise :class:`HoldsAnswers` if any existing file in ``paths`` holds a student's answers."""
-    for path in map(pathlib.Path, paths):
-        if not path.is_file() or path.suffix not in (".ipynb", ".py"):
+def refuse_if_edited(planned: dict[pathlib.Path, str] | list[pathlib.Path], manifest=None) -> None:
+    """Raise :class:`HoldsAnswers` if any existing file among ``planned`` is not byte-exactly what a
+    build wrote (its manifest entry) nor what is about to be written (``planned``'s text, if given)."""
+    manifest = read_manifest() if manifest is None else manifest
+    root = layout().root
+    texts = planned if isinstance(planned, dict) else {}
+    edited = []
+    for path in map(pathlib.Path, planned):
+        if not path.is_file() or path.name == MANIFEST:
             continue
-        cells = answered_cells(path)
-        if cells:
-            shown = ", ".join(cells[:4]) + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
-            raise HoldsAnswers(
-                f"{path} holds answers ({shown}); nothing was written. Work in your own copy: "
-                f"`mlbook start` copies the release to {DEFAULT_DIR}; move this file there "
-                f"(e.g. `mv {path} {DEFAULT_DIR}/`), then `git checkout -- {path}` restores the release."
-            )
+        data = path.read_bytes()
+        rel = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        if manifest.get(rel) == digest(data):
+            continue
+        if path in texts and texts[path].encode() == data:
+            continue
+        if _committed(path, data):
+            continue
+        edited.append(path)
+    if edited:
+        first = edited[0]
+        shown = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p) for p in edited)
+        raise HoldsAnswers(
+            f"{shown}: not what `mlbook build` wrote (someone's work: answers or notes); nothing was "
+            f"written. {_work_copy_hint(first)}"
+        )
 
 
 def release_paths() -> list[pathlib.Path]:
-    """The released notebooks (and their .py pairs) that ``mlbook build`` writes."""
+    """The released notebooks (and their .py forms) that ``mlbook build`` writes."""
     release = layout().release
     return sorted(release.glob("*.ipynb")) + sorted(release.glob("*.py"))
 

@@ -108,7 +108,9 @@ one, v_pad, m_pad = (
 for g, lam in ((0.5, 1.0), (1.0, 0.5)):
     a = gae(one, v_pad, m_pad, gamma=g, lam=lam)[0][:, :3]
     assert torch.allclose(a, torch.tensor([[0.25, 0.5, 1.0]])), (
-        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}"
+        f"gamma={g}, lambda={lam}: expected A = (0.25, 0.5, 1), got {a.tolist()}; check that the "
+        "value after the last response token counts as 0 (padding values, 9.0 here, must not leak "
+        "in) and that gamma * lambda multiplies the carried advantage"
     )
 print(
     "✓ gae gives Monte-Carlo returns at lambda = 1, discounts by gamma * lambda and ignores padding"

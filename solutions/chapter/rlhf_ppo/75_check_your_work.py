@@ -4,7 +4,14 @@
 # Run this cell after the rest (Run All, or run everything above first). It runs the visible part of
 # every graded cell again against your functions and prints one line per check. It reads this
 # notebook's file and writes nothing. The hidden tests are not in your copy: they run when the
-# notebook is graded, and written answers are graded by a person.
+# notebook is graded, and written answers are graded by a person. Each line names the function
+# or section it checks.
+#
+# **Hand in.** Save (Ctrl+S), then in a terminal in your work folder run
+# `python -m mlbook.handin rlhf_ppo.ipynb` (with the checkout: `mlbook handin`), or in a new cell
+# `from mlbook.handin import handin; handin()`. It checks that the saved file is what this kernel
+# ran, is named `rlhf_ppo.ipynb` and is readable, runs these checks, and writes the one file to
+# upload, `to-upload/rlhf_ppo.ipynb`. Nothing else is written.
 
 # %% tags=["student-instructions"]
 from mlbook.selfcheck import check

@@ -188,7 +188,9 @@ def test_workers_grade_side_by_side(graded_class):
     """The class took about (sum of its gradings) / workers, not their sum: the slow entries (a whole
     budget each) and the honest work run two at a time. The tail: one worker alone for a last grading."""
     busy = sum(r["seconds"] for r in graded_class.results.values())
-    tail = 2 * max(r["seconds"] for r in graded_class.results.values())  # the last, longest gradings
+    tail = 2 * max(
+        r["seconds"] for r in graded_class.results.values()
+    )  # the last, longest gradings
     assert graded_class.seconds <= busy / WORKERS + tail, (graded_class.seconds, busy, tail)
     assert busy / WORKERS + tail < busy  # the bound is tighter than one worker at a time would take
 

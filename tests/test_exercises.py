@@ -9,10 +9,9 @@ plausible wrong answers.
 import copy
 import dataclasses
 import math
+import re
 import statistics
 from collections.abc import Callable
-
-import re
 
 import nbformat
 import pytest
@@ -46,7 +45,11 @@ def _exercise_cells(folder):
     start = next(i for i, g in enumerate(ids) if g.startswith("70_exercises-"))
     # The section ends where the next fragment's cells begin (its named cells: "75_check_your_work-0").
     end = next(
-        (i for i in range(start, len(ids)) if re.fullmatch(r"\d+_\w+-\d+", ids[i]) and not ids[i].startswith("70_")),
+        (
+            i
+            for i in range(start, len(ids))
+            if re.fullmatch(r"\d+_\w+-\d+", ids[i]) and not ids[i].startswith("70_")
+        ),
         len(ids),
     )
     return cells[start:end]

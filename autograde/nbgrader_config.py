@@ -18,6 +18,8 @@ from mlbook_tools.grading import (
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )
+from mlbook_tools.csp import protect_running_server
+from mlbook_tools.inert import InertStudentCells
 from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
@@ -41,6 +43,7 @@ c.Autograde.autograde_preprocessors = [
     SandboxedExecute,
     "nbgrader.preprocessors.LimitOutput",
     SaveAutoGradesExtraCredit,
+    InertStudentCells,
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
@@ -70,3 +73,16 @@ c.GenerateFeedback.preprocessors = [
 # (jupyter-server-mathjax) first, so formgrader's pages typeset offline.
 c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 
+
+# Student content is inert wherever a person sees it (mlbook_tools/inert.py, csp.py). The autograded
+# notebook keeps no active content (InertStudentCells above; `mlbook grade-class` writes the same).
+# Every page rendered from it, formgrader's and the feedback's (a subclass: it reads these settings
+# too), is sanitised: nbconvert's sanitize_html drops JavaScript and widget outputs and cleans HTML
+# and markdown outputs, and `clean_html` is the course's nh3 allow-list (readable markdown, math
+# text for MathJax and its Safe extension; no script, handler, style, javascript:/data: URL), used
+# by nbconvert's templates and by mlbook's, which clean every markdown cell after rendering.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_hash": "mlbook_tools.csp.csp_hash"}
+# Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
+# on its pages, a second wall; outside a server this does nothing.
+protect_running_server()

@@ -3,7 +3,8 @@
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
 ``needs_manual_grade`` and the submission ``timestamp``, then one column per graded cell
-(``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``, with this course's
+(``<assignment>:<grade id>``). A text cell that a spreadsheet would take for a formula (a student id
+or name starting with ``=``, ``+``, ``-``, ``@``) is written with a leading quote (``inert.csv_cell``). nbgrader's own long format (``nbgrader export``, with this course's
 ``CoreExtraCsvExport``) stays the default.
 """
 
@@ -14,6 +15,7 @@ import csv
 from nbgrader.plugins import ExportPlugin
 
 from mlbook_tools.grading import assignment_points, export_course, submission_scores
+from mlbook_tools.inert import csv_cell
 
 FIELDS = (
     "score",
@@ -64,4 +66,4 @@ class WideCsvExport(ExportPlugin):
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, restval="")
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows([{k: csv_cell(v) for k, v in row.items()} for row in rows])  # never a formula

@@ -27,6 +27,7 @@ from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import GetGrades, SaveAutoGrades
 
 from mlbook_tools.config import layout
+from mlbook_tools.inert import csv_cell
 
 CODE_STUB = (
     '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
@@ -340,7 +341,7 @@ class CoreExtraCsvExport(ExportPlugin):
                         )
                     row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
-                    writer.writerow(row)
+                    writer.writerow({k: csv_cell(v) for k, v in row.items()})  # a name is never a formula
 
 
 # ------------------------------------------------------------------------------------ the engine
@@ -452,10 +453,10 @@ def _added(cell):
     return cell
 
 
-def _inert_attachments(attachments):
+def _inert_attachments(attachments, source: str) -> dict:
     from mlbook_tools.inert import inert_attachments
 
-    return inert_attachments(attachments)
+    return inert_attachments(attachments, source)
 
 
 def autograded_notebook(source_nb, plan, result: dict):
@@ -489,9 +490,10 @@ def autograded_notebook(source_nb, plan, result: dict):
         if meta.get("solution") and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
-            if cell.cell_type == "markdown" and mine.get("attachments"):  # the student's images only
+            if cell.cell_type == "markdown":  # the student's images only (inert.py)
                 cell.pop("attachments", None)
-                cell.attachments = _inert_attachments(mine.get("attachments"))
+                if images := _inert_attachments(mine.get("attachments"), cell.source):
+                    cell.attachments = images
         elif meta.get("solution"):
             cell.source = ""
         if cell.cell_type == "code":

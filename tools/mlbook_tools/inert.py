@@ -45,15 +45,18 @@ _ATTRIBUTES = {
 }
 _RASTER_URL = re.compile(r"data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*\Z")
 _NUMBER = re.compile(r"\d{1,4}%?\Z")
+_NAME = re.compile(r"[\w.\-]{1,100}")
+_LABEL = re.compile(r"[\w .+\-()]{1,100}")
 
 
 def _attribute(tag: str, attr: str, value: str) -> str | None:
     """nh3's per-attribute check: data: URLs only as a raster image's src; sizes only numbers."""
     if attr in ("width", "height"):
         return value if _NUMBER.match(value.strip()) else None
-    if value.strip().lower().startswith("data:"):
-        return value if tag == "img" and attr == "src" and _RASTER_URL.match(value.strip()) else None
-    return value
+    url = value.strip().lower()
+    if tag == "img" and attr == "src":  # no request to another host (a tracking pixel, a CSS-less leak)
+        return value if _RASTER_URL.match(url) or not (":" in url.split("/")[0] or url.startswith("//")) else None
+    return None if url.startswith("data:") else value
 
 
 def clean_html(html) -> str:
@@ -102,15 +105,21 @@ def inert_outputs(outputs) -> list:
     return kept
 
 
-def inert_attachments(attachments) -> dict:
-    """A markdown cell's attachments, only PNG/JPEG images under safe names."""
+_BLANK = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+
+
+def inert_attachments(attachments, source: str = "") -> dict:
+    """A markdown cell's attachments, only PNG/JPEG images; every ``attachment:NAME`` the ``source``
+    refers to that is gone (or never was) becomes a blank PNG: nbconvert refuses to render a page
+    whose markdown names a missing attachment, and one student's page must not fail."""
     kept = {}
     for name, bundle in (attachments or {}).items() if isinstance(attachments, dict) else []:
-        if not (isinstance(name, str) and re.fullmatch(r"[\w.\-]{1,100}", name) and isinstance(bundle, dict)):
-            continue
-        images = {k: v for k in RASTER if (v := _image(bundle.get(k))) is not None}
-        if images:
-            kept[name] = images
+        if isinstance(name, str) and isinstance(bundle, dict):
+            images = {k: v for k in RASTER if (v := _image(bundle.get(k))) is not None}
+            if images:
+                kept[name] = images
+    for name in re.findall(r"attachment:([^\s)\"'<>]+)", source if isinstance(source, str) else ""):
+        kept.setdefault(name, {"image/png": _BLANK})
     return kept
 
 
@@ -120,32 +129,35 @@ def inert_cell(cell, added: bool) -> None:
     cell["metadata"] = {"nbgrader": meta} if isinstance(meta, dict) and not added else {}
     if cell.get("cell_type") == "code":
         cell["outputs"] = inert_outputs(cell.get("outputs", []))
-    elif "attachments" in cell:
-        cell["attachments"] = inert_attachments(cell["attachments"])
+    elif cell.get("cell_type") == "markdown":
+        source = cell.get("source", "")
+        cell["attachments"] = inert_attachments(cell.get("attachments"), "".join(source) if isinstance(source, list) else source)
         if not cell["attachments"]:
             del cell["attachments"]
 
 
 def inert_metadata(metadata) -> dict:
-    """Notebook metadata kept: the kernel's name and language (strings only), and the grader's own note."""
+    """Notebook metadata kept: the kernel's name and language (plain labels only)."""
     keep = {}
     for key, fields in (("kernelspec", ("name", "display_name", "language")), ("language_info", ("name",))):
         part = metadata.get(key) if isinstance(metadata, dict) else None
         if isinstance(part, dict):
-            keep[key] = {f: str(part[f])[:100] for f in fields if isinstance(part.get(f), str)}
+            keep[key] = {f: part[f] for f in fields if isinstance(part.get(f), str) and _LABEL.fullmatch(part[f])}
     return keep
 
 
 class InertStudentCells(Preprocessor):
     """``nbgrader autograde`` (the Autograde button): after grading, the notebook it writes keeps no
-    active content (``inert_cell`` for every cell; cells without a source grade id count as added)."""
+    active content (``inert_cell`` for every cell; a cell whose nbgrader grade id is not a plain name,
+    as every source cell's is, counts as added: its metadata goes)."""
 
     enabled = True
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader")
-            inert_cell(cell, added=not (isinstance(meta, dict) and isinstance(meta.get("grade_id"), str)))
+            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
         mine = nb.metadata.get("mlbook")
         nb.metadata = {**inert_metadata(nb.metadata), **({"mlbook": mine} if isinstance(mine, dict) else {})}
         return nb, resources

@@ -15,7 +15,8 @@ lists the SHA-256 of exactly these inline scripts:
   backslash or ``<``): formgrader's per-page values, which name assignments, students, paths.
 
 Anything else inline (a ``<script>`` that got past the sanitiser, an ``onerror=``) has no hash and
-does not run. Files a student handed in (``/files/``, ``/nbconvert/``, formgrader's
+does not run. formgrader's own page templates are switched to escape every value they insert
+(nbgrader renders them unescaped, and a student id is a folder name). Files a student handed in (``/files/``, ``/nbconvert/``, formgrader's
 ``/formgrader/submissions/<id>/<file>``) are served in a sandbox with no script at all.
 
 nbgrader reads the course's ``nbgrader_config.py`` inside the server process when formgrader
@@ -79,9 +80,14 @@ class CspTransform:
     """A Tornado output transform: the course's policy on every response (hashes per HTML page)."""
 
     trusted: set[str] = set()
+    settings: dict = {}
 
     def __init__(self, request):
         self.path = request.path
+        env = self.settings.get("nbgrader_jinja2_env")  # formgrader's own pages: escape every value
+        if env is not None and not env.autoescape:  # (nbgrader renders them unescaped; ids are folder names)
+            env.autoescape = True
+            env.cache.clear() if env.cache is not None else None
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         if _STUDENT_FILES.search(self.path):
@@ -108,6 +114,7 @@ def protect(web_app) -> None:
     if any(t is CspTransform for t in web_app.transforms):
         return
     CspTransform.trusted = _template_scripts()
+    CspTransform.settings = web_app.settings
     web_app.transforms.insert(0, CspTransform)
 
 

@@ -36,8 +36,6 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BIN = pathlib.Path(sys.executable).parent
 ASSIGNMENT = "rlhf_ppo"
 
-pytestmark = pytest.mark.browser
-
 # Cheap checks first (no browser): the autograded notebook itself keeps no active content.
 
 
@@ -86,6 +84,40 @@ def test_exports_are_not_spreadsheet_formulas():
     for bad in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
         assert csv_cell(bad).startswith("'")
     assert csv_cell("alice") == "alice" and csv_cell(-1.5) == -1.5 and csv_cell(3) == 3
+
+
+def test_manual_score_changes_are_reported(tmp_path, monkeypatch):
+    """grade-class's report (manual_audit): who, which cell, old -> new; nothing when nothing changed."""
+    import io
+
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader runs alembic
+
+    from mlbook_tools import manual_audit
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a")
+        gb.add_notebook("a", "a")
+        for gid in ("essay", "ex1"):
+            gb.add_grade_cell(gid, "a", "a", max_score=2, cell_type="markdown")
+        for student in ("alice", "<img src=x onerror=alert(1)>\x1b[2J"):
+            gb.add_student(student)
+            gb.add_submission("a", student)
+        gb.find_grade("essay", "a", "a", "alice").manual_score = 2.0
+        gb.db.commit()
+    assert manual_audit.report(tmp_path, "a", io.StringIO()) == []  # first run: nothing to compare with
+    manual_audit.save(tmp_path, "a")
+    assert manual_audit.report(tmp_path, "a", io.StringIO()) == []
+    with Gradebook(url) as gb:
+        gb.find_grade("essay", "a", "a", "alice").manual_score = 0.0
+        gb.find_grade("ex1", "a", "a", "<img src=x onerror=alert(1)>\x1b[2J").extra_credit = 8.0
+        gb.db.commit()
+    out = io.StringIO()
+    lines = manual_audit.report(tmp_path, "a", out)
+    assert lines == ["extra credit changed: <img src=x onerror=alert(1)>\ufffd[2J / ex1: none -> 8",
+                     "manual score changed: alice / essay: 2 -> 0"], lines  # fmt: skip
+    assert "2 manual score(s) changed" in out.getvalue() and "\x1b" not in out.getvalue()
 
 
 def test_clean_html_keeps_markdown_readable():
@@ -210,6 +242,7 @@ def _quiet(driver, wait) -> list[str]:
     return ([f"flag: {flag}"] if flag else []) + driver.execute_script(SCAN)
 
 
+@pytest.mark.browser
 def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     import urllib.parse
 
@@ -293,6 +326,15 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     assert failures == {}, failures
     assert Canary.hits == [], Canary.hits
     assert _sha(gradebook) == before
+    # A manual score written behind grade-class's back is listed by its next run (nothing to regrade).
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{gradebook}") as gb:
+        gb.find_grade("ex1_larger_beta", ASSIGNMENT, ASSIGNMENT, "mallory").manual_score = 3.0
+        gb.db.commit()
+    run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert "manual score changed: mallory / ex1_larger_beta: none -> 3" in run.stdout, run.stdout[-2000:]
     for name in ("grades.csv", "wide.csv"):
         cells = [c for row in csv.reader((course / name).open()) for c in row]
         assert "'=1+2" in cells and "'@cmd" in cells or name == "grades.csv", name

@@ -24,13 +24,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import nbformat
 import pytest
-from mlbook_tools.config import layout
-
 import xss_payloads as X
+from mlbook_tools.config import layout
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BIN = pathlib.Path(sys.executable).parent
@@ -53,12 +51,18 @@ def _assert_inert(nb: dict) -> None:
         for out in cell.get("outputs", []):
             assert not set(out.get("data", {})) & set(ACTIVE), out.get("data", {}).keys()
             assert not out.get("metadata"), out["metadata"]
-            for text in [out.get("text", ""), *out.get("data", {}).values(), *out.get("traceback", [])]:
+            for text in [
+                out.get("text", ""),
+                *out.get("data", {}).values(),
+                *out.get("traceback", []),
+            ]:
                 text = "".join(text) if isinstance(text, list) else str(text)
                 assert len(text) <= 2100 or text.isascii() and set(text) <= set(X.BASE64), len(text)
         for bundle in cell.get("attachments", {}).values():
             assert set(bundle) <= {"image/png", "image/jpeg"}, bundle.keys()
-        assert "127.0.0.1" not in json.dumps(cell.get("metadata", {})), cell["metadata"]  # no payload kept
+        assert "127.0.0.1" not in json.dumps(cell.get("metadata", {})), cell[
+            "metadata"
+        ]  # no payload kept
     assert "127.0.0.1" not in json.dumps(nb["metadata"]) and "widgets" not in nb["metadata"]
 
 
@@ -67,7 +71,9 @@ def test_autograded_notebook_keeps_no_active_content():
     from mlbook_tools import driver, grading
     from mlbook_tools.inert import InertStudentCells
 
-    source_nb = nbformat.read(layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    source_nb = nbformat.read(
+        layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
+    )
     text = _payload_text()
     plan = driver.make_plan(source_nb, text)
     nb = grading.autograded_notebook(source_nb, plan, {"grades": {}, "problems": []})
@@ -81,7 +87,7 @@ def test_autograded_notebook_keeps_no_active_content():
 def test_exports_are_not_spreadsheet_formulas():
     from mlbook_tools.inert import csv_cell
 
-    for bad in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
+    for bad in ('=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
         assert csv_cell(bad).startswith("'")
     assert csv_cell("alice") == "alice" and csv_cell(-1.5) == -1.5 and csv_cell(3) == 3
 
@@ -90,7 +96,9 @@ def test_manual_score_changes_are_reported(tmp_path, monkeypatch):
     """grade-class's report (manual_audit): who, which cell, old -> new; nothing when nothing changed."""
     import io
 
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader runs alembic
+    monkeypatch.setenv(
+        "PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    )  # nbgrader runs alembic
 
     from mlbook_tools import manual_audit
     from nbgrader.api import Gradebook
@@ -106,7 +114,9 @@ def test_manual_score_changes_are_reported(tmp_path, monkeypatch):
             gb.add_submission("a", student)
         gb.find_grade("essay", "a", "a", "alice").manual_score = 2.0
         gb.db.commit()
-    assert manual_audit.report(tmp_path, "a", io.StringIO()) == []  # first run: nothing to compare with
+    assert (
+        manual_audit.report(tmp_path, "a", io.StringIO()) == []
+    )  # first run: nothing to compare with
     manual_audit.save(tmp_path, "a")
     assert manual_audit.report(tmp_path, "a", io.StringIO()) == []
     with Gradebook(url) as gb:
@@ -128,7 +138,20 @@ def test_clean_html_keeps_markdown_readable():
             '<td>d</td></tr></table><pre><code>x = 1</code></pre><img src="data:image/png;base64,iVBO" alt="fig">'
             '<a href="https://example.org">l</a><blockquote>q</blockquote>')  # fmt: skip
     out = clean_html(html)
-    for tag in ("<h2>", "<p>", "<em>", "<strong>", "<li>", "<th>", "<td>", "<pre>", "<code>", "<img", "<a", "<blockquote>"):
+    for tag in (
+        "<h2>",
+        "<p>",
+        "<em>",
+        "<strong>",
+        "<li>",
+        "<th>",
+        "<td>",
+        "<pre>",
+        "<code>",
+        "<img",
+        "<a",
+        "<blockquote>",
+    ):
         assert tag in out, (tag, out)
     assert "$x^2$" in out and 'src="data:image/png;base64,iVBO"' in out
     from html.parser import HTMLParser
@@ -145,14 +168,25 @@ def test_clean_html_keeps_markdown_readable():
 
     for kind in X.KINDS:
         parser = Tags()
-        parser.feed(clean_html(markdown2html(X.fill(kind, 1, "unit"))))  # markdown first, as the pages do
+        parser.feed(
+            clean_html(markdown2html(X.fill(kind, 1, "unit")))
+        )  # markdown first, as the pages do
         for tag, attrs in parser.found:
             assert tag not in ("script", "iframe", "object", "embed", "style", "link", "base", "meta", "form",
                                "svg", "input", "button", "video", "source", "body", "marquee", "xss"), (kind, tag)  # fmt: skip
             for name, value in attrs.items():
                 value = (value or "").strip().lower()
-                assert not name.startswith("on") and name not in ("style", "srcdoc", "formaction", "action"), (kind, name)
-                assert not value.startswith(("javascript:", "data:text", "jav")), (kind, name, value)
+                assert not name.startswith("on") and name not in (
+                    "style",
+                    "srcdoc",
+                    "formaction",
+                    "action",
+                ), (kind, name)
+                assert not value.startswith(("javascript:", "data:text", "jav")), (
+                    kind,
+                    name,
+                    value,
+                )
                 assert not (tag == "img" and value.startswith("http")), (kind, value)
 
 
@@ -211,7 +245,12 @@ def course(tmp_path_factory, canary):
     """A course with the payload submission and the payload student ids, graded by `mlbook grade-class`."""
     course = tmp_path_factory.mktemp("xss") / "course"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    assert subprocess.run([str(BIN / "mlbook"), "new-course", str(course)], capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            [str(BIN / "mlbook"), "new-course", str(course)], capture_output=True
+        ).returncode
+        == 0
+    )
     release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
     students = {"mallory": X.payload_notebook(release, canary)}
     students.update({X.student_id(k, canary): release for k in X.ID_KINDS})
@@ -225,7 +264,9 @@ def course(tmp_path_factory, canary):
     assert run.returncode == 0, run.stderr[-3000:]
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:  # names a spreadsheet would evaluate
+    with Gradebook(
+        f"sqlite:///{course / 'gradebook.db'}"
+    ) as gb:  # names a spreadsheet would evaluate
         gb.add_student("=1+2", first_name="+SUM(1)", last_name="-1+1", email="@cmd")
         ids = {s: gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, s).id for s in students}
     return course, env, ids
@@ -265,10 +306,15 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     found: dict[str, list[str]] = {}
     t0 = time.monotonic()
     try:
-        wait, settle = WebDriverWait(driver, 90, poll_frequency=0.3), WebDriverWait(driver, 1.0, poll_frequency=0.2)
+        wait, settle = (
+            WebDriverWait(driver, 90, poll_frequency=0.3),
+            WebDriverWait(driver, 1.0, poll_frequency=0.2),
+        )
         with Server("server", course, tmp_path / "server.log") as server:
             # The course's policy is on formgrader's pages (a second wall behind the sanitiser).
-            with urllib.request.urlopen(server.url(f"/formgrader/submissions/{ids['mallory']}/")) as r:
+            with urllib.request.urlopen(
+                server.url(f"/formgrader/submissions/{ids['mallory']}/")
+            ) as r:
                 policies = r.headers.get_all("Content-Security-Policy")
             assert any("script-src 'self'" in p and "'unsafe-inline'" not in p.split("script-src")[1].split(";")[0]
                        for p in policies), policies  # fmt: skip
@@ -283,24 +329,33 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
                 q = urllib.parse.quote(student, safe="")
                 pages += [(f"/formgrader/manage_students/{q}", rows(1)),
                           (f"/formgrader/manage_students/{q}/{ASSIGNMENT}", rows(1))]  # fmt: skip
-            for path, ready in pages:  # formgrader's own scripts run under the policy: its tables fill
+            for (
+                path,
+                ready,
+            ) in pages:  # formgrader's own scripts run under the policy: its tables fill
                 driver.get(server.url(path))
                 wait.until(ready)
                 found[path] = _quiet(driver, settle)
                 print(f"{time.monotonic() - t0:6.1f} s  {path}")
-            for student, nb_id in sorted(ids.items(), key=lambda kv: kv[0] == "mallory"):  # the payloads last
+            for student, nb_id in sorted(
+                ids.items(), key=lambda kv: kv[0] == "mallory"
+            ):  # the payloads last
                 driver.get(server.url(f"/formgrader/submissions/{nb_id}/"))
                 math = "MathJax.Hub.queue.pending === 0" if student == "mallory" else "true"
-                wait.until(lambda d: d.execute_script(
+                wait.until(lambda d, math=math: d.execute_script(
                     f"return !!(window.MathJax && MathJax.isReady && {math})"
                     " && [...document.querySelectorAll('input.extra-credit')].some(e => e.hasAttribute('placeholder'))"))  # fmt: skip
                 found[f"submission {student}"] = _quiet(driver, settle)
                 print(f"{time.monotonic() - t0:6.1f} s  submission {student}")
-            typeset = driver.execute_script("return document.querySelectorAll('.MathJax, .MathJax_Display').length")
+            typeset = driver.execute_script(
+                "return document.querySelectorAll('.MathJax, .MathJax_Display').length"
+            )
             assert typeset > 50, f"formgrader typeset only {typeset} formulas"
             # The policy alone stops an inline handler that got into the page (after the sanitiser).
             driver.execute_script(PROBE)
-            WebDriverWait(driver, 10, poll_frequency=0.2).until(lambda d: d.execute_script("return window.__violations > 0"))
+            WebDriverWait(driver, 10, poll_frequency=0.2).until(
+                lambda d: d.execute_script("return window.__violations > 0")
+            )
             assert driver.execute_script("return window.__probe || null") is None
         assert _sha(gradebook) == before, "the gradebook changed while the instructor browsed"
         runs = [subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=course, env=env, stdout=subprocess.PIPE,
@@ -315,11 +370,20 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
             page = course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html"
             driver.get(page.as_uri())
             math = "MathJax.Hub.queue.pending === 0" if student == "mallory" else "true"
-            wait.until(lambda d: d.execute_script(f"return !!(window.MathJax && MathJax.isReady && {math})"))
+            wait.until(
+                lambda d, math=math: d.execute_script(
+                    f"return !!(window.MathJax && MathJax.isReady && {math})"
+                )
+            )
             found[f"feedback {student}"] = _quiet(driver, settle)
             print(f"{time.monotonic() - t0:6.1f} s  feedback {student}")
             assert "My answer, with math" in driver.page_source or student != "mallory"
-        assert driver.execute_script("return document.querySelectorAll('.MathJax, .MathJax_Display').length") > 50
+        assert (
+            driver.execute_script(
+                "return document.querySelectorAll('.MathJax, .MathJax_Display').length"
+            )
+            > 50
+        )
     finally:
         driver.quit()
     failures = {k: v for k, v in found.items() if v}
@@ -334,8 +398,12 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
         gb.db.commit()
     run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
                          capture_output=True, text=True)  # fmt: skip
-    assert "manual score changed: mallory / ex1_larger_beta: none -> 3" in run.stdout, run.stdout[-2000:]
+    assert "manual score changed: mallory / ex1_larger_beta: none -> 3" in run.stdout, run.stdout[
+        -2000:
+    ]
     for name in ("grades.csv", "wide.csv"):
         cells = [c for row in csv.reader((course / name).open()) for c in row]
         assert "'=1+2" in cells and "'@cmd" in cells or name == "grades.csv", name
-        assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())], name
+        assert not [
+            c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())
+        ], name

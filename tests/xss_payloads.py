@@ -31,7 +31,7 @@ KINDS: dict[str, str] = {
     "svg-script": "<svg><script>{js}</script></svg>",
     "script": "<script>{js}</script>",
     "script-src-data": '<script src="data:text/javascript,{js}"></script>',
-    "iframe-srcdoc": "<iframe srcdoc=\"<script>parent.{js}</script>\"></iframe>",
+    "iframe-srcdoc": '<iframe srcdoc="<script>parent.{js}</script>"></iframe>',
     "iframe-js-src": '<iframe src="javascript:parent.{js}"></iframe>',
     "object-data": '<object data="data:text/html;base64,{b64}"></object>',
     "embed-src": '<embed src="data:text/html;base64,{b64}">',
@@ -53,9 +53,9 @@ KINDS: dict[str, str] = {
     "css-style-attr": "<div style=\"background-image: url('{url}/css-attr'); position: fixed; inset: 0\">o</div>",
     "css-link": '<link rel="stylesheet" href="{url}/css-link">',
     "img-remote": '<img src="{url}/img">',
-    "mutation-noscript": '<noscript><p title="</noscript><img src=x onerror=\'{js}\'>"></p></noscript>',
-    "textarea-break": "</textarea><img src=x onerror=\"{js}\">",
-    "title-break": "</title><img src=x onerror=\"{js}\">",
+    "mutation-noscript": "<noscript><p title=\"</noscript><img src=x onerror='{js}'>\"></p></noscript>",
+    "textarea-break": '</textarea><img src=x onerror="{js}">',
+    "title-break": '</title><img src=x onerror="{js}">',
     "entity-scheme": '<a href="jav&#x09;ascript&#58;{js}">entity</a>',
     "md-link-js": "[md link](javascript:{js})",
     "md-image-js": "![md image](javascript:{js})",
@@ -64,7 +64,7 @@ KINDS: dict[str, str] = {
     "md-image-onerror": '![x](x" onerror="{js})',
     "mathjax-href": "$\\href{{javascript:{js}}}{{x}}$",
     "mathjax-style": "$\\style{{background-image: url({url}/mathjax-style)}}{{x}}$",
-    "mathjax-html-in-math": "$x <img src=x onerror=\"{js}\"> y$",
+    "mathjax-html-in-math": '$x <img src=x onerror="{js}"> y$',
 }
 
 # Student ids: folder names (no "/"), each short enough for a file name, each with its own canary.

@@ -55,14 +55,19 @@ def csp_hash(text) -> str:
 def _template_scripts() -> set[str]:
     """Hash sources of the inline scripts written literally in the server's own templates."""
     folders = [pathlib.Path(str(TEMPLATES))]
-    for pkg, sub in (("nbgrader", "server_extensions/formgrader/templates"), ("jupyterlab_server", "templates")):
+    for pkg, sub in (
+        ("nbgrader", "server_extensions/formgrader/templates"),
+        ("jupyterlab_server", "templates"),
+    ):
         spec = importlib.util.find_spec(pkg)
         if spec and spec.origin:
             folders.append(pathlib.Path(spec.origin).parent / sub)
     found = set()
     for folder in folders:
         for path in folder.rglob("*"):
-            if path.suffix in (".js",) and path.is_file():  # included whole ({% include %} drops one final newline)
+            if (
+                path.suffix in (".js",) and path.is_file()
+            ):  # included whole ({% include %} drops one final newline)
                 text = path.read_text()
                 found.add(csp_hash(text[:-1] if text.endswith("\n") else text))
             elif path.suffix in (".j2", ".tpl", ".html") and path.is_file():
@@ -85,7 +90,9 @@ class CspTransform:
     def __init__(self, request):
         self.path = request.path
         env = self.settings.get("nbgrader_jinja2_env")  # formgrader's own pages: escape every value
-        if env is not None and not env.autoescape:  # (nbgrader renders them unescaped; ids are folder names)
+        if (
+            env is not None and not env.autoescape
+        ):  # (nbgrader renders them unescaped; ids are folder names)
             env.autoescape = True
             env.cache.clear() if env.cache is not None else None
 
@@ -94,9 +101,13 @@ class CspTransform:
             headers.add("Content-Security-Policy", SANDBOX)
             return status_code, headers, chunk
         allowed = set()
-        if headers.get("Content-Type", "").startswith("text/html") and not headers.get("Content-Encoding"):
+        if headers.get("Content-Type", "").startswith("text/html") and not headers.get(
+            "Content-Encoding"
+        ):
             for attrs, body in _SCRIPT.findall(chunk):
-                if b"src=" in attrs.lower() or (b"type=" in attrs.lower() and b"javascript" not in attrs.lower()):
+                if b"src=" in attrs.lower() or (
+                    b"type=" in attrs.lower() and b"javascript" not in attrs.lower()
+                ):
                     continue  # external (script-src 'self' decides) or data (application/json: never run)
                 text = body.decode("utf-8", "replace")
                 source = csp_hash(text)

@@ -66,4 +66,6 @@ class WideCsvExport(ExportPlugin):
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, restval="")
             writer.writeheader()
-            writer.writerows([{k: csv_cell(v) for k, v in row.items()} for row in rows])  # never a formula
+            writer.writerows(
+                [{k: csv_cell(v) for k, v in row.items()} for row in rows]
+            )  # never a formula

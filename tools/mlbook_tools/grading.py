@@ -341,7 +341,9 @@ class CoreExtraCsvExport(ExportPlugin):
                         )
                     row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
-                    writer.writerow({k: csv_cell(v) for k, v in row.items()})  # a name is never a formula
+                    writer.writerow(
+                        {k: csv_cell(v) for k, v in row.items()}
+                    )  # a name is never a formula
 
 
 # ------------------------------------------------------------------------------------ the engine

@@ -54,8 +54,14 @@ def _attribute(tag: str, attr: str, value: str) -> str | None:
     if attr in ("width", "height"):
         return value if _NUMBER.match(value.strip()) else None
     url = value.strip().lower()
-    if tag == "img" and attr == "src":  # no request to another host (a tracking pixel, a CSS-less leak)
-        return value if _RASTER_URL.match(url) or not (":" in url.split("/")[0] or url.startswith("//")) else None
+    if (
+        tag == "img" and attr == "src"
+    ):  # no request to another host (a tracking pixel, a CSS-less leak)
+        return (
+            value
+            if _RASTER_URL.match(url) or not (":" in url.split("/")[0] or url.startswith("//"))
+            else None
+        )
     return None if url.startswith("data:") else value
 
 
@@ -73,12 +79,20 @@ def _text(value) -> str:
     from mlbook_tools.grading import printable
 
     text = printable("".join(value) if isinstance(value, list) else str(value))
-    return text if len(text) <= CAP else text[:CAP] + f"\n... [{len(text) - CAP} more characters not shown]"
+    return (
+        text
+        if len(text) <= CAP
+        else text[:CAP] + f"\n... [{len(text) - CAP} more characters not shown]"
+    )
 
 
 def _image(value) -> str | None:
     text = "".join(value) if isinstance(value, list) else value
-    ok = isinstance(text, str) and len(text) <= MAX_IMAGE and re.fullmatch(r"[A-Za-z0-9+/=\s]*", text)
+    ok = (
+        isinstance(text, str)
+        and len(text) <= MAX_IMAGE
+        and re.fullmatch(r"[A-Za-z0-9+/=\s]*", text)
+    )
     return text if ok else None
 
 
@@ -91,7 +105,9 @@ def inert_outputs(outputs) -> list:
         kind = out.get("output_type") if isinstance(out, dict) else None
         if kind == "stream":
             name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
-            kept.append(nbformat.v4.new_output("stream", name=name, text=_text(out.get("text", ""))))
+            kept.append(
+                nbformat.v4.new_output("stream", name=name, text=_text(out.get("text", "")))
+            )
         elif kind in ("execute_result", "display_data"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
             clean = {k: v for k in RASTER if (v := _image(data.get(k))) is not None}
@@ -105,7 +121,9 @@ def inert_outputs(outputs) -> list:
     return kept
 
 
-_BLANK = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+_BLANK = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
 
 
 def inert_attachments(attachments, source: str = "") -> dict:
@@ -125,13 +143,17 @@ def inert_attachments(attachments, source: str = "") -> dict:
 
 def inert_cell(cell, added: bool) -> None:
     """Make one cell of a student's notebook inert in place; ``added``: not a cell of the source."""
-    meta = cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+    meta = (
+        cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+    )
     cell["metadata"] = {"nbgrader": meta} if isinstance(meta, dict) and not added else {}
     if cell.get("cell_type") == "code":
         cell["outputs"] = inert_outputs(cell.get("outputs", []))
     elif cell.get("cell_type") == "markdown":
         source = cell.get("source", "")
-        cell["attachments"] = inert_attachments(cell.get("attachments"), "".join(source) if isinstance(source, list) else source)
+        cell["attachments"] = inert_attachments(
+            cell.get("attachments"), "".join(source) if isinstance(source, list) else source
+        )
         if not cell["attachments"]:
             del cell["attachments"]
 
@@ -139,10 +161,17 @@ def inert_cell(cell, added: bool) -> None:
 def inert_metadata(metadata) -> dict:
     """Notebook metadata kept: the kernel's name and language (plain labels only)."""
     keep = {}
-    for key, fields in (("kernelspec", ("name", "display_name", "language")), ("language_info", ("name",))):
+    for key, fields in (
+        ("kernelspec", ("name", "display_name", "language")),
+        ("language_info", ("name",)),
+    ):
         part = metadata.get(key) if isinstance(metadata, dict) else None
         if isinstance(part, dict):
-            keep[key] = {f: part[f] for f in fields if isinstance(part.get(f), str) and _LABEL.fullmatch(part[f])}
+            keep[key] = {
+                f: part[f]
+                for f in fields
+                if isinstance(part.get(f), str) and _LABEL.fullmatch(part[f])
+            }
     return keep
 
 
@@ -159,7 +188,10 @@ class InertStudentCells(Preprocessor):
             gid = meta.get("grade_id") if isinstance(meta, dict) else None
             inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
         mine = nb.metadata.get("mlbook")
-        nb.metadata = {**inert_metadata(nb.metadata), **({"mlbook": mine} if isinstance(mine, dict) else {})}
+        nb.metadata = {
+            **inert_metadata(nb.metadata),
+            **({"mlbook": mine} if isinstance(mine, dict) else {}),
+        }
         return nb, resources
 
 

@@ -34,7 +34,10 @@ def snapshot(course: pathlib.Path, assignment: str) -> dict[str, list]:
         for sub in submissions:
             for nb in sub.notebooks:
                 for grade in nb.grades:
-                    scores[json.dumps([sub.student.id, grade.name])] = [grade.manual_score, grade.extra_credit]
+                    scores[json.dumps([sub.student.id, grade.name])] = [
+                        grade.manual_score,
+                        grade.extra_credit,
+                    ]
     return scores
 
 
@@ -50,7 +53,11 @@ def changes(old: dict, new: dict) -> list[str]:
         student, cell = json.loads(key)
         for i, what in enumerate(("manual score", "extra credit")):
             if before[i] != after[i]:
-                lines.append(printable(f"{what} changed: {student} / {cell}: {show(before[i])} -> {show(after[i])}"))
+                lines.append(
+                    printable(
+                        f"{what} changed: {student} / {cell}: {show(before[i])} -> {show(after[i])}"
+                    )
+                )
     return lines
 
 
@@ -63,7 +70,10 @@ def report(course: pathlib.Path, assignment: str, out=sys.stdout) -> list[str]:
         return []
     lines = changes(old if isinstance(old, dict) else {}, snapshot(course, assignment))
     if lines:
-        print(f"{len(lines)} manual score(s) changed since the last grade-class run (formgrader or anyone):", file=out)
+        print(
+            f"{len(lines)} manual score(s) changed since the last grade-class run (formgrader or anyone):",
+            file=out,
+        )
         for line in lines:
             print("  " + line, file=out)
     return lines

@@ -15,7 +15,8 @@ lists the SHA-256 of exactly these inline scripts:
   backslash or ``<``): formgrader's per-page values, which name assignments, students, paths.
 
 Anything else inline (a ``<script>`` that got past the sanitiser, an ``onerror=``) has no hash and
-does not run. formgrader's own page templates are switched to escape every value they insert
+does not run. JupyterLab's own pages (``/lab``, ``/tree``, ...) also get ``'unsafe-eval'``: JupyterLab
+compiles its settings schemas at run time and does not start without it; formgrader's never do. formgrader's own page templates are switched to escape every value they insert
 (nbgrader renders them unescaped, and a student id is a folder name). Files a student handed in (``/files/``, ``/nbconvert/``, formgrader's
 ``/formgrader/submissions/<id>/<file>``) are served in a sandbox with no script at all.
 
@@ -31,6 +32,7 @@ import hashlib
 import importlib.util
 import pathlib
 import re
+import sys
 
 from mlbook_tools.mathjax import TEMPLATES
 
@@ -62,23 +64,33 @@ def _template_scripts() -> set[str]:
         spec = importlib.util.find_spec(pkg)
         if spec and spec.origin:
             folders.append(pathlib.Path(spec.origin).parent / sub)
+    pages = [
+        p for folder in folders for p in folder.rglob("*") if p.suffix in (".j2", ".tpl", ".html")
+    ]
+    app = pathlib.Path(sys.prefix) / "share" / "jupyter" / "lab" / "static" / "index.html"
+    pages += [app] if app.is_file() else []  # JupyterLab's built page (its token-removing script)
     found = set()
-    for folder in folders:
-        for path in folder.rglob("*"):
-            if (
-                path.suffix in (".js",) and path.is_file()
-            ):  # included whole ({% include %} drops one final newline)
-                text = path.read_text()
-                found.add(csp_hash(text[:-1] if text.endswith("\n") else text))
-            elif path.suffix in (".j2", ".tpl", ".html") and path.is_file():
-                for _, body in _SCRIPT.findall(path.read_bytes()):
-                    if b"{{" not in body and b"{%" not in body and body.strip():
-                        found.add(csp_hash(body.decode()))
+    for path in pages:
+        for _, body in _SCRIPT.findall(path.read_bytes()):
+            if b"{{" not in body and b"{%" not in body and body.strip():
+                found.add(csp_hash(body.decode()))
+    for path in pathlib.Path(str(TEMPLATES)).rglob(
+        "*.js"
+    ):  # included whole: {% include %} drops the final newline
+        text = path.read_text()
+        found.add(csp_hash(text[:-1] if text.endswith("\n") else text))
     return found
 
 
-def policy(extra: set[str] | frozenset = frozenset()) -> str:
-    return POLICY.format(hashes=" ".join(sorted(extra) + [UNSAFE_HASHES]))
+_APP = re.compile(r"/(lab|tree|notebooks|edit|consoles|terminals|doc)(/|$)")
+
+
+def policy(extra: set[str] | frozenset = frozenset(), app: bool = False) -> str:
+    """The header; ``app``: a JupyterLab / Notebook page, whose own code compiles its settings
+    schemas with ``new Function`` (ajv) and so needs 'unsafe-eval' (formgrader's pages never get it)."""
+    return POLICY.format(
+        hashes=" ".join(sorted(extra) + [UNSAFE_HASHES] + (["'unsafe-eval'"] if app else []))
+    )
 
 
 class CspTransform:
@@ -113,7 +125,8 @@ class CspTransform:
                 source = csp_hash(text)
                 if source in self.trusted or _ASSIGN.fullmatch(text):
                     allowed.add(source)
-        headers.add("Content-Security-Policy", policy(allowed))
+        app = bool(_APP.search(self.path)) and "/formgrader" not in self.path
+        headers.add("Content-Security-Policy", policy(allowed, app))
         return status_code, headers, chunk
 
     def transform_chunk(self, chunk, finishing):

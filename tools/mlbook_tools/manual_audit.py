@@ -5,7 +5,8 @@ regrades: a script that got into the instructor's browser (or anyone with the gr
 change them unseen. ``grade-class`` therefore snapshots them at the end of every run
 (``<course>/.mlbook_grading/<assignment>/manual_scores.json``) and, at the start of the next,
 prints every difference: which student, which cell, old -> new. A grade the instructor gave on
-purpose is listed once; anything else is a change to look into.
+purpose is listed once; anything else is a change to look into. (The extra credit of an autograded
+``ex*`` test is the grader's own result, written by every grading: it is not compared.)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import pathlib
 import sys
 
-from mlbook_tools.grading import printable
+from mlbook_tools.grading import EXTRA_PREFIX, printable
 
 
 def _state(course: pathlib.Path, assignment: str) -> pathlib.Path:
@@ -34,10 +35,12 @@ def snapshot(course: pathlib.Path, assignment: str) -> dict[str, list]:
         for sub in submissions:
             for nb in sub.notebooks:
                 for grade in nb.grades:
-                    scores[json.dumps([sub.student.id, grade.name])] = [
-                        grade.manual_score,
-                        grade.extra_credit,
-                    ]
+                    # an autograded extra-credit test (ex*) stores its result as extra credit: not manual
+                    auto_extra = (
+                        grade.name.startswith(EXTRA_PREFIX) and grade.auto_score is not None
+                    )
+                    extra = None if auto_extra else grade.extra_credit
+                    scores[json.dumps([sub.student.id, grade.name])] = [grade.manual_score, extra]
     return scores
 
 

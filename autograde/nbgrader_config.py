@@ -56,7 +56,8 @@ c.ExportApp.plugin_class = CoreExtraCsvExport
 # The page names each test and written answer, says "awaiting manual grading" where nbgrader shows
 # its placeholder 0.0, labels extra credit, and typesets math with the MathJax shipped with the
 # project (copied into the course folder by `mlbook new-course`), so it works offline.
-# (Its own exporter class: formgrader's HTMLExporter settings stay nbgrader's.)
+# (Its own exporter class: formgrader keeps nbgrader's `formgrade` template; both read the
+# HTMLExporter sanitising settings below.)
 c.GenerateFeedback.exporter_class = FeedbackExporter
 c.FeedbackExporter.template_name = "mlbook_feedback"
 c.FeedbackExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()

@@ -400,3 +400,36 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
         assert not [
             c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())
         ], name
+
+
+def test_policy_names_only_the_servers_own_inline_scripts():
+    """csp.py: per page, an inline script runs only if it is one of the server's templates' or assigns
+    plain strings; a student's file is served sandboxed; JupyterLab (not formgrader) gets 'unsafe-eval'."""
+    from mlbook_tools import csp
+    from tornado.httputil import HTTPHeaders
+
+    csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/"}, csp._template_scripts()
+    loader = (csp.TEMPLATES / "mlbook_feedback" / "mathjax_loader.js").read_text()[:-1]
+    page = ('<script>var assignment_id = "rlhf_ppo";</script><script>alert(1)</script>'
+            f'<script>var a = "x";alert(1);"";</script><script type="text/javascript">{loader}</script>'
+            '<script type="application/json">{"a": 1}</script>').encode()  # fmt: skip
+
+    def header(path):
+        request = type("Request", (), {"path": path})
+        headers = HTTPHeaders({"Content-Type": "text/html; charset=UTF-8"})
+        csp.CspTransform(request).transform_first_chunk(200, headers, page, True)
+        return headers.get_list("Content-Security-Policy")[-1]
+
+    policy = header("/formgrader/submissions/abc/")
+    named = {csp.csp_hash('var assignment_id = "rlhf_ppo";'), csp.csp_hash(loader)}
+    assert named <= set(policy.split()) and policy.count("'sha256-") == len(named) + len(
+        csp.HANDLERS
+    )
+    assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+    assert "'unsafe-eval'" not in policy and "'unsafe-eval'" in header("/lab/tree/x.ipynb")
+    for path in (
+        "/files/submitted/x/a.html",
+        "/nbconvert/html/a.ipynb",
+        "/formgrader/submissions/abc/a.svg",
+    ):
+        assert header(path).endswith("sandbox") and "script-src" not in header(path), path

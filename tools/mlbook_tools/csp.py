@@ -46,7 +46,9 @@ UNSAFE_HASHES = "'unsafe-hashes' " + " ".join(
 )
 _SCRIPT = re.compile(rb"<script\b([^>]*)>(.*?)</script\s*>", re.S | re.I)
 _ASSIGN = re.compile(r'\s*(?:var [A-Za-z_]\w* = "[^"\\<\r\n]*";\s*)+')
-_STUDENT_FILES = re.compile(r"/(files|nbconvert)/|/formgrader/submissions/[^/]+/[^/]+\.[^/]+$")
+_STUDENT_FILES = re.compile(
+    r"/(files|nbconvert)/|/formgrader/submissions/[^/]+/[^/]+\.[^/]+$"
+)  # after base_url
 
 
 def csp_hash(text) -> str:
@@ -74,10 +76,8 @@ def _template_scripts() -> set[str]:
         for _, body in _SCRIPT.findall(path.read_bytes()):
             if b"{{" not in body and b"{%" not in body and body.strip():
                 found.add(csp_hash(body.decode()))
-    for path in pathlib.Path(str(TEMPLATES)).rglob(
-        "*.js"
-    ):  # included whole: {% include %} drops the final newline
-        text = path.read_text()
+    for path in pathlib.Path(str(TEMPLATES)).rglob("*.js"):
+        text = path.read_text()  # included whole: {% include %} drops the final newline
         found.add(csp_hash(text[:-1] if text.endswith("\n") else text))
     return found
 
@@ -101,15 +101,16 @@ class CspTransform:
 
     def __init__(self, request):
         self.path = request.path
-        env = self.settings.get("nbgrader_jinja2_env")  # formgrader's own pages: escape every value
-        if (
-            env is not None and not env.autoescape
-        ):  # (nbgrader renders them unescaped; ids are folder names)
+        # formgrader's own pages escape every value (nbgrader renders them unescaped; ids are folder names)
+        env = self.settings.get("nbgrader_jinja2_env")
+        if env is not None and not env.autoescape:
             env.autoescape = True
-            env.cache.clear() if env.cache is not None else None
+            if env.cache is not None:
+                env.cache.clear()
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
-        if _STUDENT_FILES.search(self.path):
+        base = self.settings.get("base_url", "/")
+        if self.path.startswith(base) and _STUDENT_FILES.match(self.path[len(base) - 1 :]):
             headers.add("Content-Security-Policy", SANDBOX)
             return status_code, headers, chunk
         allowed = set()

@@ -427,6 +427,12 @@ def test_policy_names_only_the_servers_own_inline_scripts():
     )
     assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
     assert "'unsafe-eval'" not in policy and "'unsafe-eval'" in header("/lab/tree/x.ipynb")
+    request = type("Request", (), {"path": "/formgrader/submissions/abc/"})
+    headers = HTTPHeaders(
+        {"Content-Type": "text/html", "Etag": '"abc"'}
+    )  # no 304: it would drop the hashes
+    csp.CspTransform(request).transform_first_chunk(200, headers, page, True)
+    assert "Etag" not in headers and headers["Cache-Control"] == "no-store"
     for path in (
         "/files/submitted/x/a.html",
         "/nbconvert/html/a.ipynb",

@@ -126,6 +126,10 @@ class CspTransform:
                 source = csp_hash(text)
                 if source in self.trusted or _ASSIGN.fullmatch(text):
                     allowed.add(source)
+            # A page's hashes are only known with its body: never a 304 revalidation (its headers
+            # would replace the policy of the cached page with one that names none of its scripts).
+            headers.pop("Etag", None)
+            headers["Cache-Control"] = "no-store"
         app = bool(_APP.search(self.path)) and "/formgrader" not in self.path
         headers.add("Content-Security-Policy", policy(allowed, app))
         return status_code, headers, chunk

@@ -19,6 +19,8 @@ from mlbook_tools.grading import (
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )
+from mlbook_tools.csp import protect_running_server
+from mlbook_tools.inert import InertStudentCells
 from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
@@ -44,6 +46,7 @@ c.Autograde.autograde_preprocessors = [
     SandboxedExecute,
     "nbgrader.preprocessors.LimitOutput",
     SaveAutoGradesExtraCredit,
+    InertStudentCells,
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
@@ -56,7 +59,8 @@ c.ExportApp.plugin_class = CoreExtraCsvExport
 # The page names each test and written answer, says "awaiting manual grading" where nbgrader shows
 # its placeholder 0.0, labels extra credit, and typesets math with the MathJax shipped with the
 # project (copied into the course folder by `mlbook new-course`), so it works offline.
-# (Its own exporter class: formgrader's HTMLExporter settings stay nbgrader's.)
+# (Its own exporter class: formgrader keeps nbgrader's `formgrade` template; both read the
+# HTMLExporter sanitising settings below.)
 c.GenerateFeedback.exporter_class = FeedbackExporter
 c.FeedbackExporter.template_name = "mlbook_feedback"
 c.FeedbackExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
@@ -73,3 +77,16 @@ c.GenerateFeedback.preprocessors = [
 # (jupyter-server-mathjax) first, so formgrader's pages typeset offline.
 c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 
+
+# Student content is inert wherever a person sees it (mlbook_tools/inert.py, csp.py). The autograded
+# notebook keeps no active content (InertStudentCells above; `mlbook grade-class` writes the same).
+# Every page rendered from it, formgrader's and the feedback's (a subclass: it reads these settings
+# too), is sanitised: nbconvert's sanitize_html drops JavaScript and widget outputs and cleans HTML
+# and markdown outputs, and `clean_html` is the course's nh3 allow-list (readable markdown, math
+# text for MathJax and its Safe extension; no script, handler, style, javascript:/data: URL), used
+# by nbconvert's templates and by mlbook's, which clean every markdown cell after rendering.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_hash": "mlbook_tools.csp.csp_hash"}
+# Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
+# on its pages, a second wall; outside a server this does nothing.
+protect_running_server()

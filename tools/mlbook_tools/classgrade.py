@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 
-from mlbook_tools import driver, grading, sandbox
+from mlbook_tools import driver, grading, manual_audit, sandbox
 
 ATTEMPTS = 2  # gradings of one submission before it is reported ungraded
 WORKER_SLACK = 90.0  # seconds a worker may take beyond the budget (start-up, notebook writing)
@@ -237,6 +237,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         grading.run_nbgrader(["generate_assignment", assignment, "--force"], course)
     state_dir = course / ".mlbook_grading" / assignment
     state_dir.mkdir(parents=True, exist_ok=True)
+    manual_audit.report(course, assignment, out)  # manual scores changed since the last run
     checks_path = grading.layout().checks
     jobs, results = [], {}
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
@@ -298,6 +299,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         t.join()
     if bar is not None:
         bar.close()
+    manual_audit.save(course, assignment)
     return results
 
 

@@ -2,8 +2,10 @@
 
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
-``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one column per graded cell
-(``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``, with this course's
+``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one
+column per graded cell (``<assignment>:<grade id>``). A text cell that a spreadsheet would take for a
+formula (a student id or name starting with ``=``, ``+``, ``-``, ``@``) is written with a leading quote
+(``inert.csv_cell``). nbgrader's own long format (``nbgrader export``, with this course's
 ``CoreExtraCsvExport``) stays the default.
 """
 
@@ -19,6 +21,7 @@ from mlbook_tools.grading import (
     submission_scores,
     submission_status,
 )
+from mlbook_tools.inert import csv_cell
 
 FIELDS = (
     "score",
@@ -75,4 +78,6 @@ class WideCsvExport(ExportPlugin):
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, restval="")
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows(
+                [{k: csv_cell(v) for k, v in row.items()} for row in rows]
+            )  # never a formula

@@ -30,6 +30,7 @@ from nbgrader.preprocessors import GetGrades, SaveAutoGrades
 from traitlets import Float
 
 from mlbook_tools.config import layout
+from mlbook_tools.inert import csv_cell
 
 CODE_STUB = (
     '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
@@ -419,7 +420,7 @@ class CoreExtraCsvExport(ExportPlugin):
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
                     row.update(standard_columns(assignment, student, sub, scores["score"]))
                     row["status"] = submission_status(root, assignment.name, student.id, sub)
-                    writer.writerow(row)
+                    writer.writerow({k: csv_cell(v) for k, v in row.items()})  # a name is never a formula
 
 
 # nbgrader's own CSV columns, in its order (``score`` here is the core score, late penalty taken off).
@@ -533,20 +534,10 @@ def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
 
 
 def _cap_outputs(outputs: list) -> list:
-    kept = []
-    for out in outputs[:20]:
-        out = copy.deepcopy(out)
-        if out.get("output_type") == "stream":
-            text = out.get("text", "")
-            out["text"] = _cap("".join(text) if isinstance(text, list) else str(text))
-        elif out.get("output_type") in ("execute_result", "display_data"):
-            data = out.get("data", {})
-            out["data"] = {k: (_cap("".join(v) if isinstance(v, list) else str(v)) if k.startswith("text/") else v)
-                           for k, v in data.items() if len(str(v)) < 2_000_000}  # fmt: skip
-        elif out.get("output_type") == "error":
-            out["traceback"] = [_cap(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")]
-        kept.append(out)
-    return kept
+    """A student's stored outputs as the autograded notebook keeps them: inert and capped (inert.py)."""
+    from mlbook_tools.inert import inert_outputs
+
+    return inert_outputs(outputs)
 
 
 def _without_hidden(source: str) -> str:
@@ -559,6 +550,21 @@ def _without_hidden(source: str) -> str:
         elif not hidden:
             kept.append(line)
     return "\n".join(kept).rstrip()
+
+
+def _added(cell):
+    """A cell the student added, as the autograded notebook keeps it (inert.py): no active content."""
+    from mlbook_tools.inert import inert_cell
+
+    cell = copy.deepcopy(cell)
+    inert_cell(cell, added=True)
+    return cell
+
+
+def _inert_attachments(attachments, source: str) -> dict:
+    from mlbook_tools.inert import inert_attachments
+
+    return inert_attachments(attachments, source)
 
 
 def autograded_notebook(source_nb, plan, result: dict):
@@ -583,7 +589,7 @@ def autograded_notebook(source_nb, plan, result: dict):
             for p in ([result["error"]] if result.get("error") else []) + result.get("problems", [])
         ]
         cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
-    cells += [copy.deepcopy(c) for c in extras[None]]
+    cells += [_added(c) for c in extras[None]]
     for src in source_nb.cells:
         meta = src.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
@@ -592,6 +598,10 @@ def autograded_notebook(source_nb, plan, result: dict):
         if meta.get("solution") and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
+            if cell.cell_type == "markdown":  # the student's images only (inert.py)
+                cell.pop("attachments", None)
+                if images := _inert_attachments(mine.get("attachments"), cell.source):
+                    cell.attachments = images
         elif meta.get("solution"):
             cell.source = ""
         if cell.cell_type == "code":
@@ -617,7 +627,7 @@ def autograded_notebook(source_nb, plan, result: dict):
                     cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
                                                            traceback=[f"AssertionError: {message}"])]  # fmt: skip
         cells.append(cell)
-        cells += [copy.deepcopy(c) for c in extras.get(gid, [])] if gid in by_id else []
+        cells += [_added(c) for c in extras.get(gid, [])] if gid in by_id else []
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"

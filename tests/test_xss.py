@@ -1,0 +1,438 @@
+"""Student content is inert in the instructor's browser: formgrader, the feedback page, the exports.
+
+One course (outside the checkout, `mlbook new-course`), graded once by `mlbook grade-class`, holds a
+submission carrying every payload kind of tests/xss_payloads.py in every place a student controls,
+and students whose id (folder name) is a payload. As the instructor (one Jupyter server, Debian's
+Chromium), the test opens formgrader's student list, each student's pages, the manual-grading list
+and every submission, then the feedback pages nbgrader writes, and asserts: no canary script ran (no
+page flag, no request in the log of the test's own HTTP endpoint on 127.0.0.1, which any script,
+CSS or ``<base>`` trick would reach), no active attribute or URL is left in the page, the gradebook
+is byte-for-byte what grading wrote, and formgrader still works (its own scripts run under the
+course's Content-Security-Policy: tables filled, scores loaded, math typeset). The CSP is checked as
+a wall of its own: an inline handler put into the page after the sanitiser does not run.
+
+Needs /usr/bin/chromium and /usr/bin/chromedriver, as tests/test_browser.py.
+"""
+
+import csv
+import hashlib
+import http.server
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import nbformat
+import pytest
+import xss_payloads as X
+from mlbook_tools.config import layout
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+BIN = pathlib.Path(sys.executable).parent
+ASSIGNMENT = "rlhf_ppo"
+
+# Cheap checks first (no browser): the autograded notebook itself keeps no active content.
+
+
+def _payload_text(port: int = 1) -> str:
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    return json.dumps(X.payload_notebook(release, port))
+
+
+ACTIVE = ("text/html", "image/svg+xml", "application/javascript", "text/markdown", "text/latex",
+          "application/vnd.jupyter.widget-view+json")  # fmt: skip
+
+
+def _assert_inert(nb: dict) -> None:
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            assert not set(out.get("data", {})) & set(ACTIVE), out.get("data", {}).keys()
+            assert not out.get("metadata"), out["metadata"]
+            for text in [
+                out.get("text", ""),
+                *out.get("data", {}).values(),
+                *out.get("traceback", []),
+            ]:
+                text = "".join(text) if isinstance(text, list) else str(text)
+                assert len(text) <= 2100 or text.isascii() and set(text) <= set(X.BASE64), len(text)
+        for bundle in cell.get("attachments", {}).values():
+            assert set(bundle) <= {"image/png", "image/jpeg"}, bundle.keys()
+        assert "127.0.0.1" not in json.dumps(cell.get("metadata", {})), cell[
+            "metadata"
+        ]  # no payload kept
+    assert "127.0.0.1" not in json.dumps(nb["metadata"]) and "widgets" not in nb["metadata"]
+
+
+def test_autograded_notebook_keeps_no_active_content():
+    """`mlbook grade-class`'s notebook (autograded_notebook) and the Autograde button's (InertStudentCells)."""
+    from mlbook_tools import driver, grading
+    from mlbook_tools.inert import InertStudentCells
+
+    source_nb = nbformat.read(
+        layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
+    )
+    text = _payload_text()
+    plan = driver.make_plan(source_nb, text)
+    nb = grading.autograded_notebook(source_nb, plan, {"grades": {}, "problems": []})
+    assert sum(c.cell_type == "markdown" and "Added top" in c.source for c in nb.cells) == 1
+    assert any(c.get("attachments", {}).get("ok.png") for c in nb.cells)  # a student's PNG stays
+    _assert_inert(json.loads(nbformat.writes(nb)))
+    button, _ = InertStudentCells().preprocess(nbformat.reads(text, as_version=4), {})
+    _assert_inert(json.loads(nbformat.writes(button)))
+
+
+def test_exports_are_not_spreadsheet_formulas():
+    from mlbook_tools.inert import csv_cell
+
+    for bad in ('=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
+        assert csv_cell(bad).startswith("'")
+    assert csv_cell("alice") == "alice" and csv_cell(-1.5) == -1.5 and csv_cell(3) == 3
+
+
+def test_manual_score_changes_are_reported(tmp_path, monkeypatch):
+    """grade-class's report (manual_audit): who, which cell, old -> new; nothing when nothing changed."""
+    import io
+
+    monkeypatch.setenv(
+        "PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    )  # nbgrader runs alembic
+
+    from mlbook_tools import manual_audit
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a")
+        gb.add_notebook("a", "a")
+        for gid in ("essay", "ex1"):
+            gb.add_grade_cell(gid, "a", "a", max_score=2, cell_type="markdown")
+        for student in ("alice", "<img src=x onerror=alert(1)>\x1b[2J"):
+            gb.add_student(student)
+            gb.add_submission("a", student)
+        gb.find_grade("essay", "a", "a", "alice").manual_score = 2.0
+        gb.db.commit()
+    assert (
+        manual_audit.report(tmp_path, "a", io.StringIO()) == []
+    )  # first run: nothing to compare with
+    manual_audit.save(tmp_path, "a")
+    assert manual_audit.report(tmp_path, "a", io.StringIO()) == []
+    with Gradebook(url) as gb:
+        gb.find_grade("essay", "a", "a", "alice").manual_score = 0.0
+        gb.find_grade("ex1", "a", "a", "<img src=x onerror=alert(1)>\x1b[2J").extra_credit = 8.0
+        gb.db.commit()
+    out = io.StringIO()
+    lines = manual_audit.report(tmp_path, "a", out)
+    assert lines == ["extra credit changed: <img src=x onerror=alert(1)>\ufffd[2J / ex1: none -> 8",
+                     "manual score changed: alice / essay: 2 -> 0"], lines  # fmt: skip
+    assert "2 manual score(s) changed" in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_clean_html_keeps_markdown_readable():
+    """nbconvert's own allow-list drops headings, paragraphs, images (nbconvert #2016): this one keeps them."""
+    from mlbook_tools.inert import clean_html
+
+    html = ('<h2>Title</h2><p>a <em>b</em> <strong>c</strong> $x^2$</p><ul><li>i</li></ul><table><tr><th>h</th>'
+            '<td>d</td></tr></table><pre><code>x = 1</code></pre><img src="data:image/png;base64,iVBO" alt="fig">'
+            '<a href="https://example.org">l</a><blockquote>q</blockquote>')  # fmt: skip
+    out = clean_html(html)
+    for tag in (
+        "<h2>",
+        "<p>",
+        "<em>",
+        "<strong>",
+        "<li>",
+        "<th>",
+        "<td>",
+        "<pre>",
+        "<code>",
+        "<img",
+        "<a",
+        "<blockquote>",
+    ):
+        assert tag in out, (tag, out)
+    assert "$x^2$" in out and 'src="data:image/png;base64,iVBO"' in out
+    from html.parser import HTMLParser
+
+    from nbconvert.filters.markdown import markdown2html
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.found = []
+
+        def handle_starttag(self, tag, attrs):
+            self.found.append((tag, dict(attrs)))
+
+    for kind in X.KINDS:
+        parser = Tags()
+        parser.feed(
+            clean_html(markdown2html(X.fill(kind, 1, "unit")))
+        )  # markdown first, as the pages do
+        for tag, attrs in parser.found:
+            assert tag not in ("script", "iframe", "object", "embed", "style", "link", "base", "meta", "form",
+                               "svg", "input", "button", "video", "source", "body", "marquee", "xss"), (kind, tag)  # fmt: skip
+            for name, value in attrs.items():
+                value = (value or "").strip().lower()
+                assert not name.startswith("on") and name not in (
+                    "style",
+                    "srcdoc",
+                    "formaction",
+                    "action",
+                ), (kind, name)
+                assert not value.startswith(("javascript:", "data:text", "jav")), (
+                    kind,
+                    name,
+                    value,
+                )
+                assert not (tag == "img" and value.startswith("http")), (kind, value)
+
+
+# --------------------------------------------------------------------------- in the browser
+
+SCAN = r"""
+const bad = [];
+for (const e of document.querySelectorAll('*')) {
+  if (/^(IFRAME|OBJECT|EMBED|BASE|FORM)$/.test(e.tagName) || (e.tagName === 'META' && e.httpEquiv)) {
+    if (!(e.tagName === 'META' && /content-security-policy/i.test(e.httpEquiv))) bad.push(e.tagName);
+  }
+  for (const a of e.attributes) {
+    if (/^on/i.test(a.name) && /__xss|127\.0\.0\.1/.test(a.value)) bad.push(e.tagName + ' ' + a.name);
+    if (/^\s*(javascript|vbscript|data:text)/i.test(a.value)) bad.push(e.tagName + ' ' + a.name + '=' + a.value.slice(0, 60));
+  }
+}
+return bad;
+"""
+PROBE = """
+window.__violations = 0;
+document.addEventListener('securitypolicyviolation', () => { window.__violations += 1; });
+document.body.insertAdjacentHTML('beforeend', '<img src="x-probe" onerror="window.__probe = 1">');
+"""
+
+
+class Canary(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        Canary.hits.append(self.path)
+        self.send_response(200)
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def canary():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Canary)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _sha(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory, canary):
+    """A course with the payload submission and the payload student ids, graded by `mlbook grade-class`."""
+    course = tmp_path_factory.mktemp("xss") / "course"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    assert (
+        subprocess.run(
+            [str(BIN / "mlbook"), "new-course", str(course)], capture_output=True
+        ).returncode
+        == 0
+    )
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    students = {"mallory": X.payload_notebook(release, canary)}
+    students.update({X.student_id(k, canary): release for k in X.ID_KINDS})
+    for student, nb in students.items():
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(nb))  # as handed in: not validated
+        (folder / "timestamp.txt").write_text("2026-11-30 12:00:00.000000 UTC")
+    run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(
+        f"sqlite:///{course / 'gradebook.db'}"
+    ) as gb:  # names a spreadsheet would evaluate
+        gb.add_student("=1+2", first_name="+SUM(1)", last_name="-1+1", email="@cmd")
+        ids = {s: gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, s).id for s in students}
+    return course, env, ids
+
+
+def _quiet(driver, wait) -> list[str]:
+    """Whatever a canary did on this page: its flag, and the page's own scan for active content.
+    (formgrader's grade boxes get their placeholder from its scripts: that is how the test knows they ran.)"""
+    try:  # an event handler fires a moment after load (onerror, ontoggle, autofocus): give it that moment
+        wait.until(lambda d: d.execute_script("return !!window.__xss"))
+    except Exception:  # noqa: BLE001 - the timeout is the good outcome
+        pass
+    flag = driver.execute_script("return window.__xss || null")
+    return ([f"flag: {flag}"] if flag else []) + driver.execute_script(SCAN)
+
+
+@pytest.mark.browser
+def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
+    import urllib.parse
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_browser import FLAGS, Server, _offline
+
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("chromium / chromium-driver not installed")
+    course, env, ids = course
+    gradebook = course / "gradebook.db"
+    before = _sha(gradebook)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    found: dict[str, list[str]] = {}
+    t0 = time.monotonic()
+    try:
+        wait, settle = (
+            WebDriverWait(driver, 90, poll_frequency=0.3),
+            WebDriverWait(driver, 1.0, poll_frequency=0.2),
+        )
+        with Server("server", course, tmp_path / "server.log") as server:
+            # The course's policy is on formgrader's pages (a second wall behind the sanitiser).
+            with urllib.request.urlopen(
+                server.url(f"/formgrader/submissions/{ids['mallory']}/")
+            ) as r:
+                policies = r.headers.get_all("Content-Security-Policy")
+            assert any("script-src 'self'" in p and "'unsafe-inline'" not in p.split("script-src")[1].split(";")[0]
+                       for p in policies), policies  # fmt: skip
+
+            def rows(n):
+                return lambda d: len(d.find_elements(By.CSS_SELECTOR, "tbody#main-table tr")) >= n
+
+            pages = [("/formgrader/manage_students", rows(len(ids) + 1)),
+                     (f"/formgrader/manage_submissions/{ASSIGNMENT}", rows(len(ids))),
+                     (f"/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}", rows(len(ids)))]  # fmt: skip
+            for student in ids:
+                q = urllib.parse.quote(student, safe="")
+                pages += [(f"/formgrader/manage_students/{q}", rows(1)),
+                          (f"/formgrader/manage_students/{q}/{ASSIGNMENT}", rows(1))]  # fmt: skip
+            for (
+                path,
+                ready,
+            ) in pages:  # formgrader's own scripts run under the policy: its tables fill
+                driver.get(server.url(path))
+                wait.until(ready)
+                found[path] = _quiet(driver, settle)
+                print(f"{time.monotonic() - t0:6.1f} s  {path}")
+            for student, nb_id in sorted(
+                ids.items(), key=lambda kv: kv[0] == "mallory"
+            ):  # the payloads last
+                driver.get(server.url(f"/formgrader/submissions/{nb_id}/"))
+                math = "MathJax.Hub.queue.pending === 0" if student == "mallory" else "true"
+                wait.until(lambda d, math=math: d.execute_script(
+                    f"return !!(window.MathJax && MathJax.isReady && {math})"
+                    " && [...document.querySelectorAll('input.extra-credit')].some(e => e.hasAttribute('placeholder'))"))  # fmt: skip
+                found[f"submission {student}"] = _quiet(driver, settle)
+                print(f"{time.monotonic() - t0:6.1f} s  submission {student}")
+            typeset = driver.execute_script(
+                "return document.querySelectorAll('.MathJax, .MathJax_Display').length"
+            )
+            assert typeset > 50, f"formgrader typeset only {typeset} formulas"
+            # The policy alone stops an inline handler that got into the page (after the sanitiser).
+            driver.execute_script(PROBE)
+            WebDriverWait(driver, 10, poll_frequency=0.2).until(
+                lambda d: d.execute_script("return window.__violations > 0")
+            )
+            assert driver.execute_script("return window.__probe || null") is None
+        assert _sha(gradebook) == before, "the gradebook changed while the instructor browsed"
+        runs = [subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=course, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                for args in (["generate_feedback", ASSIGNMENT, "--student", "mallory", "--force"], ["export", "--to", "grades.csv"],
+                             ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"])]  # fmt: skip
+        for done in runs:  # they only read the gradebook: side by side
+            out = done.communicate(timeout=300)[0]
+            assert done.returncode == 0, out[-2000:]
+        _offline(driver)
+        # The payload submission's feedback page (a student id does not appear in a feedback page).
+        driver.get((course / "feedback" / "mallory" / ASSIGNMENT / f"{ASSIGNMENT}.html").as_uri())
+        wait.until(lambda d: d.execute_script("return document.readyState === 'complete'"))
+        found["feedback mallory"] = _quiet(driver, settle)
+        print(f"{time.monotonic() - t0:6.1f} s  feedback")
+        assert "My answer, with math" in driver.find_element(By.TAG_NAME, "body").text
+        typeset = driver.execute_script("return document.querySelectorAll('math').length")
+        assert typeset > 50, f"the feedback page typeset only {typeset} formulas (MathML)"
+    finally:
+        driver.quit()
+    failures = {k: v for k, v in found.items() if v}
+    assert failures == {}, failures
+    assert Canary.hits == [], Canary.hits
+    assert _sha(gradebook) == before
+    # A manual score written behind grade-class's back is listed by its next run (nothing to regrade).
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{gradebook}") as gb:
+        gb.find_grade("ex1_larger_beta", ASSIGNMENT, ASSIGNMENT, "mallory").manual_score = 3.0
+        gb.db.commit()
+    run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert "manual score changed: mallory / ex1_larger_beta: none -> 3" in run.stdout, run.stdout[
+        -2000:
+    ]
+    for name in ("grades.csv", "wide.csv"):
+        cells = [c for row in csv.reader((course / name).open()) for c in row]
+        assert "'=1+2" in cells and "'@cmd" in cells or name == "grades.csv", name
+        assert not [
+            c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())
+        ], name
+
+
+def test_policy_names_only_the_servers_own_inline_scripts():
+    """csp.py: per page, an inline script runs only if it is one of the server's templates' or assigns
+    plain strings; a student's file is served sandboxed; JupyterLab (not formgrader) gets 'unsafe-eval'."""
+    from mlbook_tools import csp
+    from tornado.httputil import HTTPHeaders
+
+    csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/"}, csp._template_scripts()
+    loader = (csp.TEMPLATES / "formgrade" / "mathjax_loader.js").read_text()[:-1]
+    page = ('<script>var assignment_id = "rlhf_ppo";</script><script>alert(1)</script>'
+            f'<script>var a = "x";alert(1);"";</script><script type="text/javascript">{loader}</script>'
+            '<script type="application/json">{"a": 1}</script>').encode()  # fmt: skip
+
+    def header(path):
+        request = type("Request", (), {"path": path})
+        headers = HTTPHeaders({"Content-Type": "text/html; charset=UTF-8"})
+        csp.CspTransform(request).transform_first_chunk(200, headers, page, True)
+        return headers.get_list("Content-Security-Policy")[-1]
+
+    policy = header("/formgrader/submissions/abc/")
+    named = {csp.csp_hash('var assignment_id = "rlhf_ppo";'), csp.csp_hash(loader)}
+    assert named <= set(policy.split()) and policy.count("'sha256-") == len(named) + len(
+        csp.HANDLERS
+    )
+    assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+    assert "'unsafe-eval'" not in policy and "'unsafe-eval'" in header("/lab/tree/x.ipynb")
+    request = type("Request", (), {"path": "/formgrader/submissions/abc/"})
+    headers = HTTPHeaders(
+        {"Content-Type": "text/html", "Etag": '"abc"'}
+    )  # no 304: it would drop the hashes
+    csp.CspTransform(request).transform_first_chunk(200, headers, page, True)
+    assert "Etag" not in headers and headers["Cache-Control"] == "no-store"
+    for path in (
+        "/files/submitted/x/a.html",
+        "/nbconvert/html/a.ipynb",
+        "/formgrader/submissions/abc/a.svg",
+    ):
+        assert header(path).endswith("sandbox") and "script-src" not in header(path), path

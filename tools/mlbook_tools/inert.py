@@ -1,0 +1,205 @@
+"""Student content is inert wherever a person looks at it: formgrader, the feedback page, exports.
+
+A submission is text the student wrote: markdown (their answers and any cell they add), the outputs
+their code stored, attachments, cell and notebook metadata, even the folder name that becomes their
+student id. Rendered as it is in the instructor's formgrader page, a stored ``<img onerror>`` runs
+with the instructor's session and can rewrite grades through formgrader's REST API. Three walls:
+
+* ``inert_outputs`` / ``InertStudentCells``: the autograded notebook (the one formgrader and the
+  feedback read) keeps of a student's outputs only capped ``text/plain`` (or stream text) and
+  PNG/JPEG images, no output metadata; markdown attachments only PNG/JPEG; no cell metadata on
+  cells the student added; notebook metadata only the kernel's name and language.
+* ``clean_html``: every piece of HTML the course's pages render from a notebook (markdown after
+  rendering, any HTML output that still arrives) goes through the nh3 (ammonia) allow-list:
+  readable markdown (headings, paragraphs, lists, tables, code, links, images) and the text of
+  the math (MathJax typesets it afterwards, with its Safe extension); no script, no event handler,
+  no ``style``/``class``/``id``, no ``javascript:``/``data:`` URL except a raster image.
+* ``csv_cell``: an exported text cell that a spreadsheet would read as a formula starts with a quote.
+
+The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the wall behind these.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nbconvert.preprocessors import Preprocessor
+
+CAP = 2000  # characters of one text output kept
+MAX_OUTPUTS = 20  # outputs of one cell kept
+MAX_IMAGE = 2_000_000  # base64 characters of one kept image
+RASTER = ("image/png", "image/jpeg")
+
+_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "dd", "del", "details", "div",
+    "dl", "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "mark",
+    "ol", "p", "pre", "q", "s", "samp", "small", "span", "strong", "sub", "summary", "sup", "table",
+    "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var",
+}  # fmt: skip
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "img": {"src", "alt", "title", "width", "height"},
+    "td": {"colspan", "rowspan", "align"},
+    "th": {"colspan", "rowspan", "align", "scope"},
+    "ol": {"start"},
+}
+_RASTER_URL = re.compile(r"data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*\Z")
+_NUMBER = re.compile(r"\d{1,4}%?\Z")
+_NAME = re.compile(r"[\w.\-]{1,100}")
+_LABEL = re.compile(r"[\w .+\-()]{1,100}")
+
+
+def _attribute(tag: str, attr: str, value: str) -> str | None:
+    """nh3's per-attribute check: data: URLs only as a raster image's src; sizes only numbers."""
+    if attr in ("width", "height"):
+        return value if _NUMBER.match(value.strip()) else None
+    url = value.strip().lower()
+    if (
+        tag == "img" and attr == "src"
+    ):  # no request to another host (a tracking pixel, a CSS-less leak)
+        return (
+            value
+            if _RASTER_URL.match(url) or not (":" in url.split("/")[0] or url.startswith("//"))
+            else None
+        )
+    return None if url.startswith("data:") else value
+
+
+def clean_html(html) -> str:
+    """HTML with only the allow-listed tags and attributes (a Jinja filter: ``| clean_html``)."""
+    import nh3
+
+    text = html.decode() if isinstance(html, bytes) else str(html)
+    return nh3.clean(text, tags=_TAGS, attributes=_ATTRIBUTES, attribute_filter=_attribute,
+                     url_schemes={"http", "https", "mailto", "data"}, strip_comments=True,
+                     link_rel="noopener noreferrer nofollow")  # fmt: skip
+
+
+def _text(value) -> str:
+    from mlbook_tools.grading import printable
+
+    text = printable("".join(value) if isinstance(value, list) else str(value))
+    return (
+        text
+        if len(text) <= CAP
+        else text[:CAP] + f"\n... [{len(text) - CAP} more characters not shown]"
+    )
+
+
+def _image(value) -> str | None:
+    text = "".join(value) if isinstance(value, list) else value
+    ok = (
+        isinstance(text, str)
+        and len(text) <= MAX_IMAGE
+        and re.fullmatch(r"[A-Za-z0-9+/=\s]*", text)
+    )
+    return text if ok else None
+
+
+def inert_outputs(outputs) -> list:
+    """A student's stored outputs, reduced: stream text, text/plain, PNG/JPEG; capped; no metadata."""
+    import nbformat
+
+    kept = []
+    for out in outputs[:MAX_OUTPUTS] if isinstance(outputs, list) else []:
+        kind = out.get("output_type") if isinstance(out, dict) else None
+        if kind == "stream":
+            name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
+            kept.append(
+                nbformat.v4.new_output("stream", name=name, text=_text(out.get("text", "")))
+            )
+        elif kind in ("execute_result", "display_data"):
+            data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            clean = {k: v for k in RASTER if (v := _image(data.get(k))) is not None}
+            if "text/plain" in data or not clean:
+                clean["text/plain"] = _text(data.get("text/plain", "[output not shown]"))
+            kept.append(nbformat.v4.new_output("display_data", data=clean))
+        elif kind == "error":
+            line = _text(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
+            kept.append(nbformat.v4.new_output("error", ename=_text(out.get("ename", "Error"))[:200],
+                                               evalue=_text(out.get("evalue", "")), traceback=[line]))  # fmt: skip
+    return kept
+
+
+_BLANK = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
+
+
+def inert_attachments(attachments, source: str = "") -> dict:
+    """A markdown cell's attachments, only PNG/JPEG images; every ``attachment:NAME`` the ``source``
+    refers to that is gone (or never was) becomes a blank PNG: nbconvert refuses to render a page
+    whose markdown names a missing attachment, and one student's page must not fail."""
+    kept = {}
+    for name, bundle in (attachments or {}).items() if isinstance(attachments, dict) else []:
+        if isinstance(name, str) and isinstance(bundle, dict):
+            images = {k: v for k in RASTER if (v := _image(bundle.get(k))) is not None}
+            if images:
+                kept[name] = images
+    for name in re.findall(r"attachment:([^\s)\"'<>]+)", source if isinstance(source, str) else ""):
+        kept.setdefault(name, {"image/png": _BLANK})
+    return kept
+
+
+def inert_cell(cell, added: bool) -> None:
+    """Make one cell of a student's notebook inert in place; ``added``: not a cell of the source."""
+    meta = (
+        cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+    )
+    cell["metadata"] = {"nbgrader": meta} if isinstance(meta, dict) and not added else {}
+    if cell.get("cell_type") == "code":
+        cell["outputs"] = inert_outputs(cell.get("outputs", []))
+    elif cell.get("cell_type") == "markdown":
+        source = cell.get("source", "")
+        cell["attachments"] = inert_attachments(
+            cell.get("attachments"), "".join(source) if isinstance(source, list) else source
+        )
+        if not cell["attachments"]:
+            del cell["attachments"]
+
+
+def inert_metadata(metadata) -> dict:
+    """Notebook metadata kept: the kernel's name and language (plain labels only)."""
+    keep = {}
+    for key, fields in (
+        ("kernelspec", ("name", "display_name", "language")),
+        ("language_info", ("name",)),
+    ):
+        part = metadata.get(key) if isinstance(metadata, dict) else None
+        if isinstance(part, dict):
+            keep[key] = {
+                f: part[f]
+                for f in fields
+                if isinstance(part.get(f), str) and _LABEL.fullmatch(part[f])
+            }
+    return keep
+
+
+class InertStudentCells(Preprocessor):
+    """``nbgrader autograde`` (the Autograde button): after grading, the notebook it writes keeps no
+    active content (``inert_cell`` for every cell; a cell whose nbgrader grade id is not a plain name,
+    as every source cell's is, counts as added: its metadata goes)."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader")
+            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
+        mine = nb.metadata.get("mlbook")
+        nb.metadata = {
+            **inert_metadata(nb.metadata),
+            **({"mlbook": mine} if isinstance(mine, dict) else {}),
+        }
+        return nb, resources
+
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value):
+    """A CSV value a spreadsheet shows as text: a string starting like a formula gets a leading quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA):
+        return "'" + value
+    return value

@@ -1,0 +1,1 @@
+../mlbook_feedback/mathjax_loader.js

@@ -420,7 +420,9 @@ class CoreExtraCsvExport(ExportPlugin):
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
                     row.update(standard_columns(assignment, student, sub, scores["score"]))
                     row["status"] = submission_status(root, assignment.name, student.id, sub)
-                    writer.writerow({k: csv_cell(v) for k, v in row.items()})  # a name is never a formula
+                    writer.writerow(
+                        {k: csv_cell(v) for k, v in row.items()}
+                    )  # a name is never a formula
 
 
 # nbgrader's own CSV columns, in its order (``score`` here is the core score, late penalty taken off).

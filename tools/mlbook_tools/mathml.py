@@ -21,13 +21,42 @@ _MATH = re.compile(
 )
 
 
+# The converter's output is written into the page unsanitised, and the TeX is a student's: it passes
+# only if every tag is a MathML element and every attribute a presentational one (``\\text{<img/...>}``
+# would otherwise come out as a live tag, ``\\href``/``\\style``/``\\class`` as attributes).
+_MATHML_TAGS = frozenset(
+    "math mrow mi mn mo ms mtext mspace msup msub msubsup mfrac msqrt mroot mover munder munderover "
+    "mtable mtr mtd mstyle mpadded mphantom menclose mfenced merror semantics annotation".split()
+)
+_MATHML_ATTRS = frozenset(
+    "xmlns display mathvariant stretchy fence separator separators lspace rspace width height depth "
+    "columnalign rowalign columnspacing rowspacing columnlines rowlines displaystyle scriptlevel accent "
+    "accentunder linethickness minsize maxsize movablelimits form open close notation symmetric "
+    "largeop encoding align equalrows equalcolumns frame framespacing".split()
+)
+_TAG = re.compile(r"<(/?)([^\s/>]*)([^>]*)>")
+_ATTR = re.compile(r"""([^\s=/]+)\s*=\s*("[^"]*"|'[^']*'|[^\s>]+)|(\S+)""")
+
+
+def _safe(mathml: str) -> bool:
+    """Every tag of ``mathml`` a MathML element with presentational attributes only."""
+    for closing, name, rest in _TAG.findall(mathml):
+        if name not in _MATHML_TAGS:
+            return False
+        for attr, _value, bare in _ATTR.findall(rest.rstrip("/")):
+            if bare or attr.lower() not in _MATHML_ATTRS:
+                return False
+    return "<" not in _TAG.sub("", mathml)
+
+
 def _convert(tex: str, display: bool) -> str | None:
     from latex2mathml.converter import convert
 
     try:
-        return convert(html.unescape(tex).strip(), display="block" if display else "inline")
+        out = convert(html.unescape(tex).strip(), display="block" if display else "inline")
     except Exception:  # noqa: BLE001 - any formula the converter cannot read stays as TeX
         return None
+    return out if _safe(out) else None
 
 
 def _text(chunk: str) -> str:

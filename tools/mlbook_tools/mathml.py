@@ -40,7 +40,7 @@ _ATTR = re.compile(r"""([^\s=/]+)\s*=\s*("[^"]*"|'[^']*'|[^\s>]+)|(\S+)""")
 
 def _safe(mathml: str) -> bool:
     """Every tag of ``mathml`` a MathML element with presentational attributes only."""
-    for closing, name, rest in _TAG.findall(mathml):
+    for _closing, name, rest in _TAG.findall(mathml):
         if name not in _MATHML_TAGS:
             return False
         for attr, _value, bare in _ATTR.findall(rest.rstrip("/")):

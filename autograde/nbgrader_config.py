@@ -70,3 +70,9 @@ c.GenerateFeedback.preprocessors = [
 # (jupyter-server-mathjax) first, so formgrader's pages typeset offline.
 c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 
+
+# Late submissions: nbgrader's AssignLatePenalties with this plugin (10 % of the score per started day
+# past the assignment's due date, set in formgrader or `nbgrader db assignment add ... --duedate=`).
+# `nbgrader autograde` runs it as usual; `mlbook grade-class` runs it after grading (late.py).
+c.AssignLatePenalties.plugin_class = "mlbook_tools.late.LatePenalty"
+c.LatePenalty.per_day = 0.1

@@ -130,7 +130,8 @@ def _main(argv: list[str] | None = None) -> int:
             )
             return 0
         print(f"JupyterHub on http://{args.ip}:{args.port} (Ctrl+C stops it)")
-        return hub.serve(folder.resolve()).wait()
+        hub.serve(folder.resolve())  # never returns
+        return 0
 
     if args.command == "start":
         from mlbook_tools.workcopy import start

@@ -291,11 +291,13 @@ c.JupyterHub.cookie_secret_file = f"{{HUB}}/state/jupyterhub_cookie_secret"
 c.ConfigurableHTTPProxy.command = [{proxy!r}]
 c.ConfigurableHTTPProxy.pid_file = f"{{HUB}}/state/proxy.pid"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
+c.JupyterHub.hub_port = {hub_port}
 c.JupyterHub.authenticator_class = "jupyterhub.auth.PAMAuthenticator"  # the machine's own passwords
 c.Authenticator.allowed_users = {users!r}
 c.Authenticator.admin_users = {{INSTRUCTOR}}
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"  # each server as its own user
 c.Spawner.default_url = "/lab"
+c.JupyterHub.implicit_spawn_seconds = 1  # a stopped server starts when its page is visited
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 
@@ -318,17 +320,19 @@ def write_hub_config(hub, instructor, students, course, ip, port) -> None:
     state.chmod(0o700)
     env = {role: user_env(hub, role) for role in ("student", "instructor")}
     text = HUB_CONFIG.format(hub=str(hub), instructor=instructor, course=str(course), env=env, ip=ip, port=port,
-                             api_port=port + 1, proxy=str(ensure_proxy()),
+                             api_port=port + 1, hub_port=port + 2, proxy=str(ensure_proxy()),
                              users={instructor, *students})  # fmt: skip
     (hub / "jupyterhub_config.py").write_text(text)
 
 
-def serve(hub: pathlib.Path) -> subprocess.Popen:
-    """JupyterHub with this checkout's interpreter (root), in ``state/``; the caller waits or stops it."""
+def serve(hub: pathlib.Path) -> None:
+    """Become JupyterHub (this checkout's interpreter, as root, in ``state/``): a signal to this
+    process stops the hub, which stops the users' servers and the proxy."""
     bindir = pathlib.Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(hub / "jupyterhub_config.py")],
-                            cwd=hub / "state", env=env, start_new_session=True)  # fmt: skip
+    os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.chdir(hub / "state")
+    config = str(hub / "jupyterhub_config.py")
+    os.execv(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", config])
 
 
 def group_name(gid: int) -> str:

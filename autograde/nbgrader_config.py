@@ -24,13 +24,15 @@ c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "rlhf-ppo"
 # Only notebooks ship to students: a paired text file with solutions must never reach release/.
+# (Not "*.txt": `nbgrader collect` copies with this same list, and the exchange's timestamp.txt, which
+# dates a submission for late penalties, and submission_secret.txt, which feedback is released under,
+# must reach submitted/.)
 c.CourseDirectory.ignore = [
     ".ipynb_checkpoints",
     "*.pyc",
     "__pycache__",
     "*.py",
     "*.md",
-    "*.txt",
     "*.json",
 ]
 c.ClearSolutions.code_stub = {"python": CODE_STUB}

@@ -169,13 +169,15 @@ def as_user(hub, user, *cmd, cwd=None, check=True):
     return run
 
 
-def formgrader_click(driver, icon: str) -> None:
+def formgrader_click(driver, icon: str) -> str:
     """Click one of formgrader's per-assignment buttons and wait for its success dialog."""
     wait = WebDriverWait(driver, 240, poll_frequency=0.5)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr .glyphicon-{icon}"))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#success-modal, #error-modal"))
     assert not driver.find_elements(By.ID, "error-modal"), driver.find_element(By.TAG_NAME, "body").text[-2000:]
+    said = driver.find_element(By.ID, "success-modal").get_attribute("textContent")
     driver.execute_script("$('#success-modal').modal('hide'); $('#success-modal').remove(); $('.modal-backdrop').remove()")
+    return said
 
 
 def assignment_list(driver) -> None:
@@ -249,7 +251,8 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     formgrader_click(browser, "cloud-upload")  # release
     outbound = hub["dir"] / "exchange" / "rlhf-ppo" / "outbound" / NB / f"{NB}.ipynb"
     assert outbound.exists()
-    assert "NotImplementedError" in outbound.read_text() and "hidden" not in outbound.read_text().lower()
+    released = outbound.read_text()
+    assert "NotImplementedError" in released and "BEGIN HIDDEN TESTS" not in released and "BEGIN SOLUTION" not in released
 
     # --- alice: fetch, submit half-done, then resubmit correct
     login(browser, hub, ALICE, f"/user/{ALICE}/lab")
@@ -282,7 +285,8 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
 
     # --- the instructor collects (formgrader), grades the class (CLI), grades a written answer
     login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
-    formgrader_click(browser, "cloud-download")  # collect
+    said = formgrader_click(browser, "cloud-download")  # collect
+    assert (course / "submitted" / BOB / NB / "timestamp.txt").exists(), said
     stamps = {s: (course / "submitted" / s / NB / "timestamp.txt").read_text().strip() for s in (ALICE, BOB)}
     latest = submissions_in_exchange(hub, ALICE)[-1].name.split("+")[2]
     assert stamps[ALICE] == latest, "the resubmission is the one collected"
@@ -323,7 +327,7 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
         assignment_list(browser)
         text, page = feedback_text(browser, hub, student)
         html = page.read_text()
-        assert other not in html and "hidden" not in html.lower() and "### BEGIN HIDDEN" not in html
+        assert other not in html and "BEGIN HIDDEN TESTS" not in html
         seen[student] = numbers(text)
         assert list((hub["dir"] / "exchange" / "rlhf-ppo" / "feedback").iterdir())  # released there
     for student in (ALICE, BOB):

@@ -125,6 +125,8 @@ def hub():
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
         log.close()
+        if os.environ.get("MLBOOK_HUB_DEBUG"):
+            shutil.copy(folder / "hub.log", os.environ["MLBOOK_HUB_DEBUG"])
         _drop_users()
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -291,6 +293,8 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     latest = submissions_in_exchange(hub, ALICE)[-1].name.split("+")[2]
     assert stamps[ALICE] == latest, "the resubmission is the one collected"
     graded = as_user(hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course))
+    if os.environ.get("MLBOOK_HUB_DEBUG"):
+        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(graded.stdout + graded.stderr)
     assert f"{BOB}" in graded.stdout and "late by" in graded.stdout, graded.stdout
     from nbgrader.api import Gradebook
 

@@ -304,7 +304,10 @@ c.Spawner.http_timeout = 180
 
 def per_role(spawner):
     role = "instructor" if spawner.user.name == INSTRUCTOR else "student"
-    spawner.cmd = [f"{{HUB}}/envs/{{role}}/bin/python", "-m", "jupyterhub.singleuser"]
+    python = f"{{HUB}}/envs/{{role}}/bin/python"
+    # started in the course folder: nbgrader (formgrader's buttons) reads nbgrader_config.py from the cwd
+    where = COURSE if role == "instructor" else "."
+    spawner.cmd = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', where, python, "-m", "jupyterhub.singleuser"]
     spawner.environment.update(ENV[role])
     if role == "instructor":
         spawner.notebook_dir = COURSE

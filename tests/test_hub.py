@@ -84,7 +84,9 @@ def _free_port() -> int:
 
 def _drop_users():
     for user in (TEACH, ALICE, BOB):
-        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)  # only these test users' processes
+        subprocess.run(
+            ["pkill", "-KILL", "-u", user], capture_output=True
+        )  # only these test users' processes
         subprocess.run(["userdel", "--remove", user], capture_output=True)
 
 
@@ -145,7 +147,9 @@ def browser(request):
         debug = os.environ.get("MLBOOK_HUB_DEBUG")  # a folder: the last page, if the test failed
         if debug:
             driver.save_screenshot(f"{debug}/last.png")
-            pathlib.Path(debug, "last.txt").write_text(driver.current_url + "\n" + driver.page_source)
+            pathlib.Path(debug, "last.txt").write_text(
+                driver.current_url + "\n" + driver.page_source
+            )
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
 
@@ -161,13 +165,17 @@ def login(driver, hub, user: str, next_path: str) -> None:
     wait = WebDriverWait(driver, 60, poll_frequency=0.5)
     wait.until(lambda d: d.find_element(By.ID, "username_input")).send_keys(user)
     driver.find_element(By.ID, "password_input").send_keys(hub["pw"][user] + Keys.ENTER)
-    WebDriverWait(driver, 240, poll_frequency=0.5).until(lambda d: d.current_url.startswith(base + next_path))
+    WebDriverWait(driver, 240, poll_frequency=0.5).until(
+        lambda d: d.current_url.startswith(base + next_path)
+    )
 
 
 def as_user(hub, user, *cmd, cwd=None, check=True):
     run = H.as_user(user, list(cmd), hub["dir"], cwd=cwd, check=False)
     if check:
-        assert run.returncode == 0, f"{user}: {' '.join(cmd)}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+        assert run.returncode == 0, (
+            f"{user}: {' '.join(cmd)}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+        )
     return run
 
 
@@ -176,9 +184,13 @@ def formgrader_click(driver, icon: str) -> str:
     wait = WebDriverWait(driver, 240, poll_frequency=0.5)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr .glyphicon-{icon}"))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#success-modal, #error-modal"))
-    assert not driver.find_elements(By.ID, "error-modal"), driver.find_element(By.TAG_NAME, "body").text[-2000:]
+    assert not driver.find_elements(By.ID, "error-modal"), driver.find_element(
+        By.TAG_NAME, "body"
+    ).text[-2000:]
     said = driver.find_element(By.ID, "success-modal").get_attribute("textContent")
-    driver.execute_script("$('#success-modal').modal('hide'); $('#success-modal').remove(); $('.modal-backdrop').remove()")
+    driver.execute_script(
+        "$('#success-modal').modal('hide'); $('#success-modal').remove(); $('.modal-backdrop').remove()"
+    )
     return said
 
 
@@ -203,12 +215,18 @@ def click_button(driver, label: str, timeout: float = 240) -> None:
 
 
 def fill(hub, student: str, answers: str) -> None:
-    """The fetched notebook with the reference answer in every code answer cell ('all') or the first half."""
+    """The fetched notebook with the reference answer in every core answer cell ('all') or the first half."""
     path = pathlib.Path(f"/home/{student}/{NB}/{NB}.ipynb")
     solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in
               nbformat.read(layout().solved / f"{NB}.ipynb", as_version=4).cells if "nbgrader" in c.metadata}  # fmt: skip
     nb = nbformat.read(path, as_version=4)
-    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+    cells = [
+        c
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+        and c.cell_type == "code"
+        and not c.metadata["nbgrader"]["grade_id"].startswith("ex")
+    ]  # the core answers
     for cell in cells if answers == "all" else cells[: len(cells) // 2]:
         cell.source = solved[cell.metadata["nbgrader"]["grade_id"]]
     nbformat.write(nb, path)
@@ -228,13 +246,15 @@ def feedback_text(driver, hub, student) -> tuple[str, pathlib.Path]:
     page = sorted(home.glob(f"*/{NB}.html"))[-1]
     rel = page.relative_to(f"/home/{student}")
     driver.get(f"http://127.0.0.1:{hub['port']}/user/{student}/files/{rel}")
-    WebDriverWait(driver, 60, poll_frequency=0.5).until(lambda d: "Core:" in d.find_element(By.TAG_NAME, "body").text)
+    WebDriverWait(driver, 60, poll_frequency=0.5).until(
+        lambda d: "Core:" in d.find_element(By.TAG_NAME, "body").text
+    )
     return driver.find_element(By.TAG_NAME, "body").text, page
 
 
 def numbers(text: str) -> dict:
     core = re.search(r"Core: ([\d.]+) / ([\d.]+) points", text)
-    extra = re.search(r"Extra credit: ([\d.]+) / ([\d.]+)", text)
+    extra = re.search(r"Extra credit: ([\d.]+) / ([\d.]+) \(optional", text)
     late = re.search(r"Late submission penalty \(Score: -([\d.]+)\)", text)
     return {"core": float(core[1]), "core_max": float(core[2]), "extra": float(extra[1]),
             "extra_max": float(extra[2]), "late": float(late[1]) if late else 0.0}  # fmt: skip
@@ -248,36 +268,56 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     course, base = hub["course"], f"http://127.0.0.1:{hub['port']}"
     # --- the instructor releases from formgrader
     login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
-    WebDriverWait(browser, 120, poll_frequency=0.5).until(lambda d: NB in d.find_element(By.TAG_NAME, "body").text)
+    WebDriverWait(browser, 120, poll_frequency=0.5).until(
+        lambda d: NB in d.find_element(By.TAG_NAME, "body").text
+    )
     formgrader_click(browser, "education")  # generate
     formgrader_click(browser, "cloud-upload")  # release
     outbound = hub["dir"] / "exchange" / "rlhf-ppo" / "outbound" / NB / f"{NB}.ipynb"
     assert outbound.exists()
     released = outbound.read_text()
-    assert "NotImplementedError" in released and "BEGIN HIDDEN TESTS" not in released and "BEGIN SOLUTION" not in released
+    assert (
+        "NotImplementedError" in released
+        and "BEGIN HIDDEN TESTS" not in released
+        and "BEGIN SOLUTION" not in released
+    )
 
     # --- alice: fetch, submit half-done, then resubmit correct
     login(browser, hub, ALICE, f"/user/{ALICE}/lab")
-    assert not [e for e in browser.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel") if e.text == "Formgrader"]
+    assert not [
+        e
+        for e in browser.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+        if e.text == "Formgrader"
+    ]
     assignment_list(browser)
     click_button(browser, "Fetch")
-    WebDriverWait(browser, 120).until(lambda d: pathlib.Path(f"/home/{ALICE}/{NB}/{NB}.ipynb").exists())
+    WebDriverWait(browser, 120).until(
+        lambda d: pathlib.Path(f"/home/{ALICE}/{NB}/{NB}.ipynb").exists()
+    )
     fill(hub, ALICE, "half")
     click_button(browser, "Submit")
     WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, ALICE)) == 1)
     fill(hub, ALICE, "all")
-    time.sleep(1.1)  # nbgrader's timestamps name the submission folders; two in one second would collide
+    time.sleep(
+        1.1
+    )  # nbgrader's timestamps name the submission folders; two in one second would collide
     click_button(browser, "Submit")
     WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, ALICE)) == 2)
 
     # --- the due date passes (CLI, as the instructor); bob submits half-done, late
-    due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    as_user(hub, TEACH, "nbgrader", "db", "assignment", "add", NB, f"--duedate={due}", cwd=str(course))
-    time.sleep(1.1)  # strictly after the due date
+    due_at = int(time.time()) + 2  # whole seconds, strictly after alice's last submission
+    due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due_at))
+    as_user(
+        hub, TEACH, "nbgrader", "db", "assignment", "add", NB, f"--duedate={due}", cwd=str(course)
+    )
+    while time.time() < due_at + 1:  # bob's submission strictly after the due date
+        time.sleep(0.2)
     login(browser, hub, BOB, f"/user/{BOB}/lab")
     assignment_list(browser)
     click_button(browser, "Fetch")
-    WebDriverWait(browser, 120).until(lambda d: pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").exists())
+    WebDriverWait(browser, 120).until(
+        lambda d: pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").exists()
+    )
     fill(hub, BOB, "half")
     click_button(browser, "Submit")
     WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, BOB)) == 1)
@@ -289,20 +329,33 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
     said = formgrader_click(browser, "cloud-download")  # collect
     assert (course / "submitted" / BOB / NB / "timestamp.txt").exists(), said
-    stamps = {s: (course / "submitted" / s / NB / "timestamp.txt").read_text().strip() for s in (ALICE, BOB)}
+    stamps = {
+        s: (course / "submitted" / s / NB / "timestamp.txt").read_text().strip()
+        for s in (ALICE, BOB)
+    }
     latest = submissions_in_exchange(hub, ALICE)[-1].name.split("+")[2]
     assert stamps[ALICE] == latest, "the resubmission is the one collected"
-    graded = as_user(hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course))
+    graded = as_user(
+        hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course)
+    )
     if os.environ.get("MLBOOK_HUB_DEBUG"):
-        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(graded.stdout + graded.stderr)
+        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(
+            graded.stdout + graded.stderr
+        )
     assert f"{BOB}" in graded.stdout and "late by" in graded.stdout, graded.stdout
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         nb_id = gb.find_submission_notebook(NB, NB, ALICE).id
-        penalty = {s: gb.find_submission_notebook(NB, NB, s).late_submission_penalty for s in (ALICE, BOB)}
+        penalty = {
+            s: gb.find_submission_notebook(NB, NB, s).late_submission_penalty for s in (ALICE, BOB)
+        }
         bob_score = gb.find_submission_notebook(NB, NB, BOB).score
-    assert penalty[ALICE] is None and penalty[BOB] == pytest.approx(round(0.1 * bob_score, 4)) and bob_score > 0
+    assert (
+        penalty[ALICE] is None
+        and penalty[BOB] == pytest.approx(round(0.1 * bob_score, 4))
+        and bob_score > 0
+    )
     browser.get(f"{base}/user/{TEACH}/formgrader/submissions/{nb_id}/")
     wait = WebDriverWait(browser, 120, poll_frequency=0.5)
     box = wait.until(lambda d: d.find_element(By.ID, WRITTEN))

@@ -395,6 +395,9 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
             float(row["score"]), float(row["max_score"]))  # fmt: skip
         assert (fb["extra"], fb["extra_max"]) == (book["extra_credit"]["score"], book["extra_credit"]["max_score"]) == (
             float(row["extra_credit"]), float(row["extra_credit_max"]))  # fmt: skip
+        assert fb["late"] == pytest.approx(
+            float(row["late_penalty"]), abs=0.01
+        )  # stated apart, the same
     assert seen[ALICE]["core"] == 10 and seen[ALICE]["late"] == 0  # the correct resubmission counts
     assert seen[BOB]["core"] < 10 and seen[BOB]["late"] == pytest.approx(penalty[BOB], abs=0.01)
     assert seen[ALICE]["extra"] >= 1  # the written answer graded in formgrader

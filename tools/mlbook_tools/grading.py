@@ -313,7 +313,7 @@ class CoreExtraCsvExport(ExportPlugin):
         from nbgrader.api import MissingEntry
 
         keys = ["assignment", "student_id", "last_name", "first_name", "score", "max_score", "extra_credit",
-                "extra_credit_max", "needs_manual_grade"]  # fmt: skip
+                "extra_credit_max", "needs_manual_grade", "late_penalty"]  # fmt: skip
         root = export_course(self)
         with open(self.to or "grades.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
@@ -340,6 +340,10 @@ class CoreExtraCsvExport(ExportPlugin):
                         )
                     row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
                                extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
+                    # nbgrader's late-penalty plugin (late.py): points to subtract, stated apart like the feedback does
+                    row["late_penalty"] = (
+                        float(sub.late_submission_penalty or 0.0) if sub is not None else 0.0
+                    )
                     writer.writerow(row)
 
 

@@ -90,18 +90,28 @@ def set_passwords(path: pathlib.Path) -> None:
 # ------------------------------------------------------------------------------ environments
 
 
-def world_python() -> pathlib.Path:
-    """A Python of this version that every user can execute: this one's if its folders are open to all
-    (pyenv under /root is not), else the system's ``/usr/bin/python3.X``."""
+def world_python(hub: pathlib.Path) -> pathlib.Path:
+    """This Python, runnable by every user. If its folders are closed to them (pyenv under /root), a
+    copy in ``<hub>/python`` (hard links) whose binary finds its shared library next to it: the
+    absolute RUNPATH is rewritten in place to ``$ORIGIN/../lib`` (padded, same length). The same
+    interpreter, not the system's: Debian's 3.11.2 breaks the soupsieve that nbconvert's HTML needs."""
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    mine = pathlib.Path(sys.base_prefix) / "bin" / f"python{ver}"
-    for cand in (mine, pathlib.Path(f"/usr/bin/python{ver}")):
-        if cand.exists() and _open_to_all(cand.resolve()):
-            return cand
-    raise RuntimeError(
-        f"no Python {ver} that the course's users can run: {mine} sits in a folder closed to them; "
-        f"install Debian's python{ver} (apt-get install python{ver}-venv) or a Python under /opt"
-    )
+    base = pathlib.Path(sys.base_prefix).resolve()
+    mine = base / "bin" / f"python{ver}"
+    if _open_to_all(mine.resolve()):
+        return mine
+    copy = hub / "python"
+    _link_tree(base, copy, skip=lambda p: p.parts[:3] == ("lib", f"python{ver}", "site-packages"))
+    exe = copy / "bin" / f"python{ver}"
+    data = mine.resolve().read_bytes()
+    old = str(base / "lib").encode()
+    if old in data:
+        new = b"$ORIGIN/../lib"
+        data = data.replace(old + b"\0", new + b"\0" * (len(old) - len(new) + 1), 1)
+    exe.unlink()
+    exe.write_bytes(data)
+    exe.chmod(0o755)
+    return exe
 
 
 def _open_to_all(path: pathlib.Path) -> bool:
@@ -137,7 +147,7 @@ def make_env(target: pathlib.Path, role: str, checkout: pathlib.Path) -> None:
     """A venv at ``target`` holding the packages of this one (hard links), without the editable
     project packages; ``mlbook`` copied in for students, the checkout copy on the path for the instructor."""
     venv = pathlib.Path(sys.prefix)
-    python = world_python()
+    python = world_python(target.parent.parent)
     if not (target / "bin" / "python").exists():
         run([str(python), "-m", "venv", "--without-pip", str(target)])
     site_rel = pathlib.Path(sysconfig.get_paths()["purelib"]).relative_to(venv)

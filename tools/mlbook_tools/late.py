@@ -6,6 +6,8 @@ submitted; of several submissions only the latest is collected, ``--update`` rep
 ``apply_late_penalties`` instead, which runs that same preprocessor with the course's configuration
 (``c.AssignLatePenalties.plugin_class``) on every graded student, after refreshing the submission's
 timestamp from ``timestamp.txt`` (a resubmission with the same text is not regraded, but its time counts).
+It also copies the exchange's ``timestamp.txt`` and ``submission_secret.txt`` into ``autograded/``
+(``keep_exchange_files``), which ``nbgrader release_feedback`` needs.
 The due date is the assignment's in the gradebook (formgrader's "Manage Assignments" page, or
 ``nbgrader db assignment add rlhf_ppo --duedate="2026-12-01 17:00:00 UTC"``); per-student extensions
 are nbgrader's too. No due date: no penalty.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import shutil
 import sys
 import warnings
 
@@ -42,6 +45,22 @@ def course_config(course: pathlib.Path):
     return PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
 
 
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
+def keep_exchange_files(course: pathlib.Path, assignment: str, student: str) -> None:
+    """The files nbgrader's exchange put next to the notebook, copied into ``autograded/`` as
+    ``nbgrader autograde`` does: ``generate_feedback`` carries them to ``feedback/``, where
+    ``release_feedback`` needs both (it files the page under a hash of the submission's secret)."""
+    src = course / "submitted" / student / assignment
+    dst = course / "autograded" / student / assignment
+    if not dst.is_dir():
+        return
+    for name in EXCHANGE_FILES:
+        if (src / name).is_file() and not (src / name).is_symlink():
+            shutil.copyfile(src / name, dst / name)
+
+
 def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=sys.stdout) -> dict:
     """{student: penalty or None}; nbgrader's ``AssignLatePenalties`` on each student's notebooks."""
     import nbformat
@@ -54,6 +73,7 @@ def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=sy
     config = course_config(course)
     found = {}
     for student in students:
+        keep_exchange_files(course, assignment, student)
         stamp = course / "submitted" / student / assignment / "timestamp.txt"
         with Gradebook(db_url) as gb, warnings.catch_warnings():
             warnings.simplefilter("ignore")

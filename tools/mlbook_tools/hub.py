@@ -25,7 +25,6 @@ Then ``mlbook hub`` runs JupyterHub in the foreground (``--setup-only`` stops be
 
 from __future__ import annotations
 
-import grp
 import json
 import os
 import pathlib
@@ -346,7 +345,3 @@ def serve(hub: pathlib.Path) -> None:
     os.chdir(hub / "state")
     config = str(hub / "jupyterhub_config.py")
     os.execv(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", config])
-
-
-def group_name(gid: int) -> str:
-    return grp.getgrgid(gid).gr_name

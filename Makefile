@@ -10,7 +10,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     := build
 
-.PHONY: env chapter train notebooks html check test test-full fairness-reference lint lock student-lock bench clean student-dist
+.PHONY: env chapter train notebooks html check test test-full fairness-reference lint lock student-lock bench clean student-dist hub hub-proxy
 
 env: $(STAMP)
 
@@ -97,6 +97,27 @@ student-dist: notebooks
 student-lock: env
 	$(BIN)/python -m mlbook_tools.dist student-lock > requirements/student.new
 	mv requirements/student.new requirements/student.txt
+
+# The course on a JupyterHub on this machine (root; README "On a JupyterHub"): users, exchange, hub.
+# configurable-http-proxy comes from npm, pinned by tools/hub-proxy/package-lock.json (`mlbook hub`
+# installs it too when it is missing, so `make test` needs nothing more than npm).
+HUB_DIR     ?= /srv/mlbook-hub
+INSTRUCTOR  ?= teacher
+STUDENTS    ?= alice,bob
+PASSWORDS   ?=
+HUB_IP      ?= 127.0.0.1
+HUB_PORT    ?= 8000
+HUB_PROXY   := tools/hub-proxy/node_modules/.bin/configurable-http-proxy
+
+hub-proxy: $(HUB_PROXY)
+
+$(HUB_PROXY): tools/hub-proxy/package-lock.json
+	cd tools/hub-proxy && npm ci --no-audit --no-fund --loglevel=error
+	touch $(HUB_PROXY)
+
+hub: env hub-proxy
+	$(BIN)/mlbook hub --dir $(HUB_DIR) --instructor $(INSTRUCTOR) --students $(STUDENTS) \
+		$(if $(PASSWORDS),--passwords $(PASSWORDS)) --ip $(HUB_IP) --port $(HUB_PORT)
 
 bench: env
 	$(BIN)/python scripts/benchmark.py

@@ -27,13 +27,15 @@ c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "rlhf-ppo"
 # Only notebooks ship to students: a paired text file with solutions must never reach release/.
+# (Not "*.txt": `nbgrader collect` copies with this same list, and the exchange's timestamp.txt, which
+# dates a submission for late penalties, and submission_secret.txt, which feedback is released under,
+# must reach submitted/.)
 c.CourseDirectory.ignore = [
     ".ipynb_checkpoints",
     "*.pyc",
     "__pycache__",
     "*.py",
     "*.md",
-    "*.txt",
     "*.json",
 ]
 c.ClearSolutions.code_stub = {"python": CODE_STUB}
@@ -90,3 +92,9 @@ c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_ha
 # Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
 # on its pages, a second wall; outside a server this does nothing.
 protect_running_server()
+
+# Late submissions: nbgrader's AssignLatePenalties with this plugin (10 % of the score per started day
+# past the assignment's due date, set in formgrader or `nbgrader db assignment add ... --duedate=`).
+# `nbgrader autograde` runs it as usual; `mlbook grade-class` runs it after grading (late.py).
+c.AssignLatePenalties.plugin_class = "mlbook_tools.late.LatePenalty"
+c.LatePenalty.per_day = 0.1

@@ -299,6 +299,11 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         t.join()
     if bar is not None:
         bar.close()
+    from mlbook_tools.late import apply_late_penalties  # nbgrader's late-penalty plugin (late.py)
+
+    apply_late_penalties(
+        course, assignment, [s for s, r in results.items() if not r.get("ungraded")], out
+    )
     manual_audit.save(course, assignment)
     return results
 

@@ -106,7 +106,42 @@ def _main(argv: list[str] | None = None) -> int:
     d.add_argument(
         "--out", default=None, help="output folder (default: [tool.mlbook] student-dist)"
     )
+    h = sub.add_parser(
+        "hub", help="set up and run the course on a JupyterHub on this machine (root)"
+    )
+    h.add_argument(
+        "--dir", default="/srv/mlbook-hub", help="the hub's folder (exchange, environments, config)"
+    )
+    h.add_argument("--instructor", required=True, help="the instructor's user name")
+    h.add_argument("--students", required=True, help="comma-separated user names")
+    h.add_argument(
+        "--passwords",
+        default=None,
+        help="file of user:password lines (PAM passwords, via chpasswd)",
+    )
+    h.add_argument("--ip", default="127.0.0.1")
+    h.add_argument("--port", type=int, default=8000)
+    h.add_argument("--setup-only", action="store_true", help="set up, do not start the hub")
     args = ap.parse_args(argv)
+
+    if args.command == "hub":
+        from mlbook_tools import hub
+
+        folder = pathlib.Path(args.dir)
+        students = [s.strip() for s in args.students.split(",") if s.strip()]
+        pw = pathlib.Path(args.passwords) if args.passwords else None
+        course = hub.setup(folder, args.instructor, students, args.ip, args.port, pw)
+        print(
+            f"course folder {course} (user {args.instructor}); exchange {folder.resolve() / 'exchange'}"
+        )
+        if args.setup_only:
+            print(
+                f"start the hub: mlbook hub ... (or jupyterhub -f {folder.resolve() / 'jupyterhub_config.py'})"
+            )
+            return 0
+        print(f"JupyterHub on http://{args.ip}:{args.port} (Ctrl+C stops it)")
+        hub.serve(folder.resolve())  # never returns
+        return 0
 
     if args.command == "start":
         from mlbook_tools.workcopy import start

@@ -1,0 +1,430 @@
+"""The course on a real JupyterHub with nbgrader's exchange, driven in a browser (Chromium, Selenium).
+
+`mlbook hub` sets up one instructor and two students as system users (PAM passwords), the exchange,
+the per-role environments and JupyterHub on 127.0.0.1; the test starts the hub and stops it, and
+removes the users at the end. The loop, each step asserted:
+
+  instructor (formgrader)  generate + release
+  alice (Assignments tab)  fetch; submit half-done; submit again, correct (the resubmission counts)
+  instructor (CLI)         sets the due date to now (`nbgrader db assignment add --duedate`)
+  bob (Assignments tab)    fetch; submit half-done: late
+  instructor               collect (formgrader), `mlbook grade-class` (CLI, as the instructor: the
+                           sandbox), one written answer graded in formgrader, generate + release
+                           feedback (formgrader), `nbgrader export` (CLI)
+  alice, bob (Assignments) fetch feedback, open it: their own scores, nothing of the other's
+
+The notebooks are filled by writing the fetched file as the student would save it (the typing itself
+is `tests/test_browser.py`'s). Isolation is checked as each student user: no listing of the exchange's
+inbound or feedback folders, no access to the course folder (gradebook, secret, config, submissions),
+to the instructor's tooling copy, or to the reference solutions from the student's Python.
+Needs root (users, the spawner) and Chromium; skipped otherwise, except under CI (MLBOOK_CI=1).
+"""
+
+import csv
+import os
+import pathlib
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import nbformat
+import pytest
+from mlbook_tools import hub as H
+from mlbook_tools.config import layout
+from mlbook_tools.grading import read_scores
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+BIN = pathlib.Path(sys.executable).parent
+NB = "rlhf_ppo"
+TEACH, ALICE, BOB = "mlbteach", "mlbalice", "mlbbob"
+WRITTEN = "ex5_why_sampler_logp"
+
+_missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+_why = ("needs chromium + chromium-driver" if _missing else "") or (
+    "needs root (system users, the hub's spawner)" if os.geteuid() != 0 else ""
+)
+if _why:
+    if os.environ.get("MLBOOK_CI"):
+        raise RuntimeError(f"CI: the hub test {_why}")
+    pytest.skip(_why, allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1400,1000",
+         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]  # fmt: skip
+
+
+def _free_port() -> int:
+    """P with P, P+1, P+2 free (the proxy, its API, the hub's own port: `mlbook hub --port P`)."""
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            for p in (port + 1, port + 2):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+
+
+def _drop_users():
+    for user in (TEACH, ALICE, BOB):
+        subprocess.run(
+            ["pkill", "-KILL", "-u", user], capture_output=True
+        )  # only these test users' processes
+        subprocess.run(["userdel", "--remove", user], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    _drop_users()  # a crashed earlier run
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="mlbook-hub-", dir="/tmp"))
+    folder.chmod(0o755)
+    port = _free_port()
+    pw = {u: secrets.token_hex(8) for u in (TEACH, ALICE, BOB)}
+    pwfile = folder / "passwords.txt"
+    pwfile.write_text("".join(f"{u}:{p}\n" for u, p in pw.items()))
+    pwfile.chmod(0o600)
+    run = subprocess.run([str(BIN / "mlbook"), "hub", "--dir", str(folder / "hub"), "--instructor", TEACH,
+                          "--students", f"{ALICE},{BOB}", "--passwords", str(pwfile), "--port", str(port),
+                          "--setup-only"], capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = (folder / "hub.log").open("w")
+    proc = subprocess.Popen([str(BIN / "mlbook"), "hub", "--dir", str(folder / "hub"), "--instructor", TEACH,
+                             "--students", f"{ALICE},{BOB}", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (folder / "hub.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/api/", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the hub did not answer"
+                time.sleep(0.5)  # polling interval of an explicit wait
+        yield dict(dir=folder / "hub", port=port, pw=pw, course=pathlib.Path(f"/home/{TEACH}/rlhf-ppo"),
+                   log=folder / "hub.log")  # fmt: skip
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        log.close()
+        if os.environ.get("MLBOOK_HUB_DEBUG"):
+            shutil.copy(folder / "hub.log", os.environ["MLBOOK_HUB_DEBUG"])
+        _drop_users()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    profile = tempfile.mkdtemp(prefix="mlbook-hub-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS + [f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        debug = os.environ.get("MLBOOK_HUB_DEBUG")  # a folder: the last page, if the test failed
+        if debug:
+            driver.save_screenshot(f"{debug}/last.png")
+            pathlib.Path(debug, "last.txt").write_text(
+                driver.current_url + "\n" + driver.page_source
+            )
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def login(driver, hub, user: str, next_path: str) -> None:
+    base = f"http://127.0.0.1:{hub['port']}"
+    driver.delete_all_cookies()
+    driver.get(f"{base}/hub/logout")
+    driver.get(f"{base}/hub/login?next={urllib.request.quote(next_path)}")
+    wait = WebDriverWait(driver, 60, poll_frequency=0.5)
+    wait.until(lambda d: d.find_element(By.ID, "username_input")).send_keys(user)
+    driver.find_element(By.ID, "password_input").send_keys(hub["pw"][user] + Keys.ENTER)
+    WebDriverWait(driver, 240, poll_frequency=0.5).until(
+        lambda d: d.current_url.startswith(base + next_path)
+    )
+
+
+def as_user(hub, user, *cmd, cwd=None, check=True):
+    run = H.as_user(user, list(cmd), hub["dir"], cwd=cwd, check=False)
+    if check:
+        assert run.returncode == 0, (
+            f"{user}: {' '.join(cmd)}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+        )
+    return run
+
+
+def formgrader_click(driver, icon: str) -> str:
+    """Click one of formgrader's per-assignment buttons and wait for its success dialog."""
+    wait = WebDriverWait(driver, 240, poll_frequency=0.5)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr .glyphicon-{icon}"))[0].click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#success-modal, #error-modal"))
+    assert not driver.find_elements(By.ID, "error-modal"), driver.find_element(
+        By.TAG_NAME, "body"
+    ).text[-2000:]
+    said = driver.find_element(By.ID, "success-modal").get_attribute("textContent")
+    driver.execute_script(
+        "$('#success-modal').modal('hide'); $('#success-modal').remove(); $('.modal-backdrop').remove()"
+    )
+    return said
+
+
+def assignment_list(driver) -> None:
+    """JupyterLab's Nbgrader menu > Assignment List (nbgrader's Assignments tab)."""
+    wait = WebDriverWait(driver, 240, poll_frequency=0.5)
+    menu = wait.until(lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+                                 if e.text == "Nbgrader"])  # fmt: skip
+    menu[0].click()
+    wait.until(lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel")
+                          if e.text == "Assignment List"])[0].click()  # fmt: skip
+
+
+def click_button(driver, label: str, timeout: float = 240) -> None:
+    """The first enabled button with this text in the Assignments tab (its lists refresh by themselves)."""
+
+    def find(d):
+        return [b for b in d.find_elements(By.CSS_SELECTOR, "button.btn-primary, button.btn")
+                if b.text == label and b.is_enabled() and b.is_displayed()]  # fmt: skip
+
+    WebDriverWait(driver, timeout, poll_frequency=0.5).until(find)[0].click()
+
+
+def fill(hub, student: str, answers: str) -> None:
+    """The fetched notebook with the reference answer in every core answer cell ('all') or the first half."""
+    path = pathlib.Path(f"/home/{student}/{NB}/{NB}.ipynb")
+    solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in
+              nbformat.read(layout().solved / f"{NB}.ipynb", as_version=4).cells if "nbgrader" in c.metadata}  # fmt: skip
+    nb = nbformat.read(path, as_version=4)
+    cells = [
+        c
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+        and c.cell_type == "code"
+        and not c.metadata["nbgrader"]["grade_id"].startswith("ex")
+    ]  # the core answers
+    for cell in cells if answers == "all" else cells[: len(cells) // 2]:
+        cell.source = solved[cell.metadata["nbgrader"]["grade_id"]]
+    nbformat.write(nb, path)
+    pw = __import__("pwd").getpwnam(student)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def submissions_in_exchange(hub, student):
+    return sorted((hub["dir"] / "exchange" / "rlhf-ppo" / "inbound").glob(f"{student}+{NB}+*"))
+
+
+def feedback_text(driver, hub, student) -> tuple[str, pathlib.Path]:
+    """Fetch feedback in the Assignments tab; the fetched page, opened from the student's own server."""
+    click_button(driver, "Fetch Feedback")
+    home = pathlib.Path(f"/home/{student}/{NB}/feedback")
+    WebDriverWait(driver, 120, poll_frequency=0.5).until(lambda d: list(home.glob(f"*/{NB}.html")))
+    page = sorted(home.glob(f"*/{NB}.html"))[-1]
+    rel = page.relative_to(f"/home/{student}")
+    driver.get(f"http://127.0.0.1:{hub['port']}/user/{student}/files/{rel}")
+    WebDriverWait(driver, 60, poll_frequency=0.5).until(
+        lambda d: "Core:" in d.find_element(By.TAG_NAME, "body").text
+    )
+    return driver.find_element(By.TAG_NAME, "body").text, page
+
+
+def numbers(text: str) -> dict:
+    core = re.search(r"Core: ([\d.]+) / ([\d.]+) points", text)
+    extra = re.search(r"Extra credit: ([\d.]+) / ([\d.]+) \(optional", text)
+    late = re.search(r"Late submission penalty \(Score: -([\d.]+)\)", text)
+    return {"core": float(core[1]), "core_max": float(core[2]), "extra": float(extra[1]),
+            "extra_max": float(extra[2]), "late": float(late[1]) if late else 0.0}  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------- the loop
+
+
+@pytest.mark.browser
+def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
+    course, base = hub["course"], f"http://127.0.0.1:{hub['port']}"
+    # --- the instructor releases from formgrader
+    login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
+    WebDriverWait(browser, 120, poll_frequency=0.5).until(
+        lambda d: NB in d.find_element(By.TAG_NAME, "body").text
+    )
+    formgrader_click(browser, "education")  # generate
+    formgrader_click(browser, "cloud-upload")  # release
+    outbound = hub["dir"] / "exchange" / "rlhf-ppo" / "outbound" / NB / f"{NB}.ipynb"
+    assert outbound.exists()
+    released = outbound.read_text()
+    assert (
+        "NotImplementedError" in released
+        and "BEGIN HIDDEN TESTS" not in released
+        and "BEGIN SOLUTION" not in released
+    )
+
+    # --- alice: fetch, submit half-done, then resubmit correct
+    login(browser, hub, ALICE, f"/user/{ALICE}/lab")
+    assert not [
+        e
+        for e in browser.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+        if e.text == "Formgrader"
+    ]
+    assignment_list(browser)
+    click_button(browser, "Fetch")
+    WebDriverWait(browser, 120).until(
+        lambda d: pathlib.Path(f"/home/{ALICE}/{NB}/{NB}.ipynb").exists()
+    )
+    fill(hub, ALICE, "half")
+    click_button(browser, "Submit")
+    WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, ALICE)) == 1)
+    fill(hub, ALICE, "all")
+    time.sleep(
+        1.1
+    )  # nbgrader's timestamps name the submission folders; two in one second would collide
+    click_button(browser, "Submit")
+    WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, ALICE)) == 2)
+
+    # --- the due date passes (CLI, as the instructor); bob submits half-done, late
+    due_at = int(time.time()) + 2  # whole seconds, strictly after alice's last submission
+    due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due_at))
+    as_user(
+        hub, TEACH, "nbgrader", "db", "assignment", "add", NB, f"--duedate={due}", cwd=str(course)
+    )
+    while time.time() < due_at + 1:  # bob's submission strictly after the due date
+        time.sleep(0.2)
+    login(browser, hub, BOB, f"/user/{BOB}/lab")
+    assignment_list(browser)
+    click_button(browser, "Fetch")
+    WebDriverWait(browser, 120).until(
+        lambda d: pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").exists()
+    )
+    fill(hub, BOB, "half")
+    click_button(browser, "Submit")
+    WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, BOB)) == 1)
+
+    # --- isolation, as each student user
+    check_isolation(hub, course)
+
+    # --- the instructor collects (formgrader), grades the class (CLI), grades a written answer
+    login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
+    said = formgrader_click(browser, "cloud-download")  # collect
+    assert (course / "submitted" / BOB / NB / "timestamp.txt").exists(), said
+    stamps = {
+        s: (course / "submitted" / s / NB / "timestamp.txt").read_text().strip()
+        for s in (ALICE, BOB)
+    }
+    latest = submissions_in_exchange(hub, ALICE)[-1].name.split("+")[2]
+    assert stamps[ALICE] == latest, "the resubmission is the one collected"
+    graded = as_user(
+        hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course)
+    )
+    if os.environ.get("MLBOOK_HUB_DEBUG"):
+        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(
+            graded.stdout + graded.stderr
+        )
+    assert f"{BOB}" in graded.stdout and "late by" in graded.stdout, graded.stdout
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        nb_id = gb.find_submission_notebook(NB, NB, ALICE).id
+        penalty = {
+            s: gb.find_submission_notebook(NB, NB, s).late_submission_penalty for s in (ALICE, BOB)
+        }
+        bob_score = gb.find_submission_notebook(NB, NB, BOB).score
+    assert (
+        penalty[ALICE] is None
+        and penalty[BOB] == pytest.approx(round(0.1 * bob_score, 4))
+        and bob_score > 0
+    )
+    browser.get(f"{base}/user/{TEACH}/formgrader/submissions/{nb_id}/")
+    wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    box = wait.until(lambda d: d.find_element(By.ID, WRITTEN))
+    box.clear()
+    box.send_keys("0")
+    extra = browser.find_element(By.ID, f"{WRITTEN}_extra_credit")
+    extra.clear()
+    extra.send_keys("1" + Keys.TAB)
+
+    def saved(_):
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            g = gb.find_grade(WRITTEN, NB, NB, ALICE)
+            return g.manual_score == 0 and g.extra_credit == 1 and not g.needs_manual_grade
+
+    WebDriverWait(browser, 90, poll_frequency=0.5).until(saved)
+    browser.get(f"{base}/user/{TEACH}/formgrader/manage_assignments")
+    formgrader_click(browser, "comment")  # generate feedback
+    formgrader_click(browser, "envelope")  # release feedback
+    as_user(hub, TEACH, "nbgrader", "export", "--to", "grades.csv", cwd=str(course))
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+
+    # --- each student fetches feedback: their own scores, and nothing of the other's
+    seen = {}
+    for student, other in ((ALICE, BOB), (BOB, ALICE)):
+        login(browser, hub, student, f"/user/{student}/lab")
+        assignment_list(browser)
+        text, page = feedback_text(browser, hub, student)
+        html = page.read_text()
+        assert other not in html and "BEGIN HIDDEN TESTS" not in html
+        seen[student] = numbers(text)
+        assert list((hub["dir"] / "exchange" / "rlhf-ppo" / "feedback").iterdir())  # released there
+    for student in (ALICE, BOB):
+        book = read_scores(course / "gradebook.db", NB, student)
+        row = rows[student]
+        fb = seen[student]
+        # nbgrader's raw_score is the core score before the late penalty, stated apart in the feedback.
+        assert (fb["core"], fb["core_max"]) == (book["score"], book["max_score"]) == (
+            float(row["raw_score"]), float(row["max_score"]))  # fmt: skip
+        assert (fb["extra"], fb["extra_max"]) == (book["extra_credit"]["score"], book["extra_credit"]["max_score"]) == (
+            float(row["extra_credit"]), float(row["extra_credit_max"]))  # fmt: skip
+        assert fb["late"] == pytest.approx(
+            float(row["late_submission_penalty"]), abs=0.01
+        )  # stated apart, the same
+    assert seen[ALICE]["core"] == 10 and seen[ALICE]["late"] == 0  # the correct resubmission counts
+    assert seen[BOB]["core"] < 10 and seen[BOB]["late"] == pytest.approx(penalty[BOB], abs=0.01)
+    assert seen[ALICE]["extra"] >= 1  # the written answer graded in formgrader
+
+
+def check_isolation(hub, course: pathlib.Path) -> None:
+    exchange = hub["dir"] / "exchange" / "rlhf-ppo"
+    secret_paths = [course / "gradebook.db", course / "grading_secret.txt", course / "nbgrader_config.py",
+                    course / "source" / NB / f"{NB}.ipynb", hub["dir"] / "instructor" / "checkout" / "tests" / "ppo_checks.py"]  # fmt: skip
+    for student, other in ((ALICE, BOB), (BOB, ALICE)):
+        probe = (
+            "import os, sys\n"
+            "bad = []\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        (os.listdir if os.path.isdir(p) or p.endswith('/') else lambda q: open(q).read(1))(p.rstrip('/'))\n"
+            "        bad.append(p)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "try:\n"
+            "    import mlbook_solutions; bad.append('mlbook_solutions')\n"
+            "except ImportError:\n"
+            "    pass\n"
+            "print(repr(bad))\n"
+        )
+        targets = [f"{exchange}/inbound/", f"{exchange}/feedback/", f"{course}/", f"/home/{other}/",
+                   f"{hub['dir']}/instructor/", *map(str, secret_paths)]  # fmt: skip
+        run = as_user(hub, student, "python", "-c", probe, *targets)
+        assert run.stdout.strip() == "[]", f"{student} could read: {run.stdout}"

@@ -20,6 +20,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -436,3 +437,26 @@ def test_policy_names_only_the_servers_own_inline_scripts():
         "/formgrader/submissions/abc/a.svg",
     ):
         assert header(path).endswith("sandbox") and "script-src" not in header(path), path
+
+
+@pytest.mark.parametrize(
+    "tex",
+    [
+        r"\text{&lt;img/src=x/onerror=alert(1)&gt;}",
+        r"\text{&lt;img src=x onerror=alert(1)&gt;}",
+        r"\href{javascript:alert(1)}{x}",
+        r"\style{background:url(//127.0.0.1/x)}{y}",
+        r"\class{a}{b}",
+    ],
+)
+def test_feedback_math_never_becomes_markup(tex):
+    """The feedback page's TeX -> MathML step runs after the sanitiser: a student's formula that would
+    come out as a live tag or attribute stays TeX text, while ordinary math is still typeset."""
+    from mlbook_tools.mathml import typeset
+
+    page = typeset(f"<p>${tex}$ and $\\frac{{a}}{{b}}^2$</p>")
+    assert f"${tex}$" in page  # left as the (escaped) text it was
+    assert (
+        page.count("<math") == 1 and "<img" not in page and "javascript:" not in page.split("$")[0]
+    )
+    assert not re.search(r"<m\w+[^>]*\b(href|style|class|on\w+)=", page), page

@@ -390,19 +390,25 @@ _GAE_LIST_SUBCLASS = (
     + _GAE_BODY
     + "    return Pair([advantages, (advantages + values) * response_mask])\n"
 )
-_CLIP_NAMEDTUPLE = """import collections
-
-ClipResult = collections.namedtuple("ClipResult", ["loss", "clip_frac"])
-
-
-def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
+# One ppo_clip_loss that returns a ClipResult, for the two named-tuple styles below.
+_CLIP_RETURNS_RESULT = """def ppo_clip_loss(logp_new: torch.Tensor, logp_old, advantages, response_mask, clip_eps=0.2):
     validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
     ratio = torch.exp(logp_new - logp_old)
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
     outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)
     return ClipResult(-masked_mean(surrogate, response_mask), float(masked_mean(outside, response_mask)))
 """
-_CLIP_TYPED_NAMEDTUPLE_METHODS = """from typing import NamedTuple
+_CLIP_NAMEDTUPLE = (
+    """import collections
+
+ClipResult = collections.namedtuple("ClipResult", ["loss", "clip_frac"])
+
+
+"""
+    + _CLIP_RETURNS_RESULT
+)
+_CLIP_TYPED_NAMEDTUPLE_METHODS = (
+    """from typing import NamedTuple
 
 
 class ClipResult(NamedTuple):
@@ -413,13 +419,9 @@ class ClipResult(NamedTuple):
         return f"loss {float(self.loss):.4f}, clipped {100 * self.clip_frac:.1f} %"
 
 
-def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):
-    validate_per_token(response_mask, logp_new=logp_new, logp_old=logp_old, advantages=advantages)
-    ratio = torch.exp(logp_new - logp_old)
-    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
-    outside = ((ratio - 1).abs() > clip_eps).to(ratio.dtype)
-    return ClipResult(-masked_mean(surrogate, response_mask), float(masked_mean(outside, response_mask)))
 """
+    + _CLIP_RETURNS_RESULT
+)
 
 # A helper module the notebook writes itself, imported from the working folder (on sys.path in ipykernel).
 _WRITE_HELPERS = '''%%writefile ppo_helpers.py

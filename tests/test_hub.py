@@ -214,6 +214,15 @@ def click_button(driver, label: str, timeout: float = 240) -> None:
     WebDriverWait(driver, timeout, poll_frequency=0.5).until(find)[0].click()
 
 
+def fetch(browser, student: str) -> None:
+    """Assignments tab, "Fetch", until the notebook is in the student's home."""
+    assignment_list(browser)
+    click_button(browser, "Fetch")
+    WebDriverWait(browser, 120).until(
+        lambda d: pathlib.Path(f"/home/{student}/{NB}/{NB}.ipynb").exists()
+    )
+
+
 def fill(hub, student: str, answers: str) -> None:
     """The fetched notebook with the reference answer in every core answer cell ('all') or the first half."""
     path = pathlib.Path(f"/home/{student}/{NB}/{NB}.ipynb")
@@ -289,11 +298,7 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
         for e in browser.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
         if e.text == "Formgrader"
     ]
-    assignment_list(browser)
-    click_button(browser, "Fetch")
-    WebDriverWait(browser, 120).until(
-        lambda d: pathlib.Path(f"/home/{ALICE}/{NB}/{NB}.ipynb").exists()
-    )
+    fetch(browser, ALICE)
     fill(hub, ALICE, "half")
     click_button(browser, "Submit")
     WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, ALICE)) == 1)
@@ -313,11 +318,7 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     while time.time() < due_at + 1:  # bob's submission strictly after the due date
         time.sleep(0.2)
     login(browser, hub, BOB, f"/user/{BOB}/lab")
-    assignment_list(browser)
-    click_button(browser, "Fetch")
-    WebDriverWait(browser, 120).until(
-        lambda d: pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").exists()
-    )
+    fetch(browser, BOB)
     fill(hub, BOB, "half")
     click_button(browser, "Submit")
     WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, BOB)) == 1)

@@ -50,7 +50,7 @@
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f5c28b7a75ce64031ed59854852ef967", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f83ca7ce71805e72002a03558b89d4e2", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 import copy
 import dataclasses
 import math
@@ -75,7 +75,7 @@ from mlbook.posttrain.toy_lm import (
     decode,
     good_count_reward,
     make_prompts,
-)  # fmt: skip
+)
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
@@ -311,11 +311,13 @@ show(
 # its v0.11.0 trainer calls the adaptive controller incompatible with its training step). §5
 # lists these defaults.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "97157ae33f4858b5c47ed76e39c9566a", "grade": false, "grade_id": "20_math-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0e2b71c86b3dc41216d22aaeebb29589", "grade": false, "grade_id": "20_math-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 paper_gain, lmhp_horizon = 0.1, 10_000  # Ziegler et al. (2019); lm-human-preferences, in episodes
 for n in (64, 512):
-    print(f"{n:>4} episodes per update: lm-human-preferences' gain n/h = {n / lmhp_horizon:.4f} "
-          f"(the paper's K_beta = {paper_gain}); largest step of beta: {100 * 0.2 * n / lmhp_horizon:.2f} %")  # fmt: skip
+    print(
+        f"{n:>4} episodes per update: lm-human-preferences' gain n/h = {n / lmhp_horizon:.4f} "
+        f"(the paper's K_beta = {paper_gain}); largest step of beta: {100 * 0.2 * n / lmhp_horizon:.2f} %"
+    )
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f38cdde49cad29192956956785d33e43", "grade": false, "grade_id": "30_implementation-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -379,11 +381,14 @@ def shaped_rewards(
 # by 1 nat at *every* column, prompt and padding included: only response tokens may pay the fee,
 # the score must land on the right column, and your function must leave its inputs untouched.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "053c22919209b6b8d0d6b0fbf0e81e3f", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a719fd0a5ca49ce0d779468daee4e0f5", "grade": false, "grade_id": "30_implementation-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 r = shaped_rewards(
-    torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
-    torch.ones(1, 4), beta=0.1,
-)  # fmt: skip
+    torch.tensor([1.5]),
+    torch.tensor([[-1.0, -0.5, -2.0, -0.1]]),
+    torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
+    torch.ones(1, 4),
+    beta=0.1,
+)
 print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
 assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), (
     "expected (-0.02, 0, +0.10, +1.50), the §1 table"
@@ -531,7 +536,7 @@ def ppo_clip_loss(
 # $1+\epsilon$ and one with $A < 0$ pushed below $1-\epsilon$ (both clipped: zero gradient), and one
 # with $A > 0$ whose ratio fell to $e^{-0.5}$, the wrong way, which is never clipped.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8d7db8740e3509e838a5b6f0caca7cd5", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0b757be055f8aa5e016c4ac4ce8b6564", "grade": false, "grade_id": "30_implementation-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "raises-exception"]
 logp_old = torch.tensor([[-1.0, -2.0, -0.5, -9.0]])
 adv = torch.tensor([[1.0, -2.0, 0.5, 7.0]])
 m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -566,7 +571,7 @@ print(
 )
 assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
     "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
-)  # fmt: skip
+)
 g = new2.grad
 assert g[0, 0] == 0 and g[0, 1] == 0, (
     f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
@@ -577,7 +582,7 @@ assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, (
 assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
     f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
     f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
-)  # fmt: skip
+)
 print(
     "✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens"
 )
@@ -1011,7 +1016,7 @@ class RunLog:
         return torch.zeros(())
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e331048a02089455215a91e91ba2c0e2", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c684a0fac0a018bc4fa02cfd80df519d", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 CHAPTER_RUN = PPOConfig()
 
@@ -1024,8 +1029,17 @@ print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
 history = train_ppo(
-    policy, ref, critic, prompts, run_log.reward, END_ID, run_cfg, generator=gen, progress=True, extra_loss=run_log
-)  # fmt: skip
+    policy,
+    ref,
+    critic,
+    prompts,
+    run_log.reward,
+    END_ID,
+    run_cfg,
+    generator=gen,
+    progress=True,
+    extra_loss=run_log,
+)
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
 log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
@@ -1072,7 +1086,7 @@ for row in samples:
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "af2d4b80862b9bb21dcc81861448c7b8", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e288e2d3b4bd82fe624214b8b4aec3cd", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
@@ -1096,13 +1110,18 @@ def md_code(word):
     )
 
 
-shape_rows = [f"| | step 1 | step {len(history)} |", "|---|---:|---:|",
-              f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
-              f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
-              f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |"]  # fmt: skip
+shape_rows = [
+    f"| | step 1 | step {len(history)} |",
+    "|---|---:|---:|",
+    f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
+    f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
+    f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |",
+]
 for name in ("<|pad|>", "<|bos|>"):
-    shape_rows.append(f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
-                      f"| {response_stats(last)[1][name]:.1%} |")  # fmt: skip
+    shape_rows.append(
+        f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
+        f"| {response_stats(last)[1][name]:.1%} |"
+    )
 display(Markdown("\n".join(shape_rows)))
 show(
     plot_response_shape(history, end_share),
@@ -1140,7 +1159,7 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6502557bfdfa1f9e978bcbc438ffc541", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f9a01353d5ecd184d5ab09ea094bcded", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
@@ -1156,16 +1175,24 @@ print(
 )
 trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    trace_rows.append(f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
-                      f"| {A[row, c]:.3f} | {G[row, c]:.3f} |")  # fmt: skip
+    trace_rows.append(
+        f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
+        f"| {A[row, c]:.3f} | {G[row, c]:.3f} |"
+    )
 display(Markdown("\n".join(trace_rows)))
 show(
-    plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
-                   title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
+    plot_gae_trace(
+        words,
+        R[row, cols],
+        step["values"][row, cols],
+        A[row, cols],
+        G[row, cols],
+        title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})",
+    ),
     alt=f"Per-token chart of the response '{' '.join(words)}': bars for the shaped reward R_t, small except "
     f"{float(R[row, cols[-1]]):.2f} on the last token where the score lands; lines for the critic's V(s_t), the advantage "
     f"A_t (from {float(A[row, cols].min()):.2f} to {float(A[row, cols].max()):.2f}) and the return G_t = A_t + V(s_t).",
-)  # fmt: skip
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3a9c4f10b87548ca6fea27ecf44d9aec", "grade": false, "grade_id": "30_implementation-33", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read it from the right. The score lands on the last token, so its bar towers over the rest. Each
@@ -1185,7 +1212,7 @@ show(
 # as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
 # `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "42161eb140cdac8036c99a37b3096f7d", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e313020efd471ffec48184b488d8f475", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
@@ -1216,8 +1243,10 @@ print(
     f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}"
 )
 rel = [abs(a - b) / b for a, b in zip(k2s, k3s, strict=True) if b > 0]
-print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
-      f"they differ by at most {max(rel):.1%} at any step")  # fmt: skip
+print(
+    f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
+    f"they differ by at most {max(rel):.1%} at any step"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f252badff4fee3c48181f1995fbbaf2b", "grade": false, "grade_id": "30_implementation-35", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Same run, same tokens: the TRL-style clip fraction is clearly the smaller one on average and far
@@ -1387,7 +1416,7 @@ class TinyRewardModel(nn.Module):
 # Pairs of the kind the reward model is trained on, drawn from this chapter's reference model (the
 # initial policy), with their gold scores and the label the noisy rater gave:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6f1a29325ce965c07539675b62109c4e", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f80e4cc88a63adf585b5fe6277cf9021", "grade": false, "grade_id": "35_reward_model-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 rm_pairs = preference_pairs(build_models(seed=0).ref, 1024, 8, torch.Generator().manual_seed(3))
 rm_gold_c = gold_reward(rm_pairs.chosen, rm_pairs.chosen_mask)
 rm_gold_r = gold_reward(rm_pairs.rejected, rm_pairs.rejected_mask)
@@ -1396,8 +1425,10 @@ for i in range(3):
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
 rm_ties = float((rm_pairs.gold_margin == 0).float().mean())
 rm_flipped = float((rm_pairs.gold_margin < 0).float().mean())
-print(f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
-      f"{rm_flipped:.0%} were labelled against the gold order")  # fmt: skip
+print(
+    f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
+    f"{rm_flipped:.0%} were labelled against the gold order"
+)
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "89b94ac0c729382f2b1c35503adcc92d", "grade": false, "grade_id": "35_reward_model-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1607,20 +1638,26 @@ def overoptimisation_run(
     )
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "408b14aedc2bd77a740c9ed74600e202", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d29c61b02400289c5aa7f6ba112af8e0", "grade": false, "grade_id": "35_reward_model-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_results = load_cached("reward_model")
 rm_cfg = rm_results["config"]
-print(f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
-      f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
-      f"cache written in {rm_results['seconds']:.0f} s")  # fmt: skip
+print(
+    f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
+    f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
+    f"cache written in {rm_results['seconds']:.0f} s"
+)
 for seed, r in rm_results["rms"].items():
-    print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
-          f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
-          f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
-          f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}")  # fmt: skip
+    print(
+        f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
+        f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
+        f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
+        f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}"
+    )
 rm_noise_ceiling = 1 / (1 + math.exp(-1.0))  # sigmoid(1)
-print(f"a rater who prefers the better of two responses one gold point apart does so "
-      f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
+print(
+    f"a rater who prefers the better of two responses one gold point apart does so "
+    f"{rm_noise_ceiling:.1%} of the time"
+)
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9fdc339a2506d1d3933ea8fb3a312766", "grade": false, "grade_id": "35_reward_model-13", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1644,7 +1681,7 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 # seed, each smoothed by a running mean over five steps; the right panel is a control explained
 # below.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d6bc55f40b55c4b1ea90754a2ff4d355", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "45a000d7035f2818f2c782c20b037435", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
     """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
     samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
@@ -1748,17 +1785,24 @@ def plot_overoptimisation(results: dict):
 
 
 rm_summary = summarise(rm_results)
-rm_rows = ["| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
-           "| length end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+rm_rows = [
+    "| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
+    "| length end |",
+    "|---:|---:|---:|---:|---:|---:|---:|---:|",
+]
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_rows.append(f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
-                   f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |")  # fmt: skip
+    rm_rows.append(
+        f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
+        f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    )
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
-print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-      f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-      f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std")  # fmt: skip
+print(
+    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
+    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
+    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+)
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "18148a1ef83ddca00632128e36e9dcee", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
@@ -1772,21 +1816,33 @@ show(
     "and proxy rise together and stay together.",
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "abb70b5e589915a50e74bc2ff4022f4d", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd69e3ab2f69eb3cdccf3b50bbcf0708", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_equal = gold_at_equal_kl(rm_results)
 rm_d = [
     d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
 ]
-display(Markdown("\n".join(
-    ["| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |", "|---:" * (len(rm_d) + 1) + "|"]
-    + [f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |" for beta, row in rm_equal.items()]
-)))  # fmt: skip
+display(
+    Markdown(
+        "\n".join(
+            [
+                "| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |",
+                "|---:" * (len(rm_d) + 1) + "|",
+            ]
+            + [
+                f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |"
+                for beta, row in rm_equal.items()
+            ]
+        )
+    )
+)
 rm_spread = max(
     max(row[d] for row in rm_equal.values()) - min(row[d] for row in rm_equal.values())
     for d in rm_d
 )
-print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
-      f"{rm_spread:.2f} std")  # fmt: skip
+print(
+    f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
+    f"{rm_spread:.2f} std"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2ff69d86de07a790fa38752a2b2adc3", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cells above print the numbers):
@@ -1824,16 +1880,23 @@ print(f"gold (proxy units) at equal KL, where all three betas get there: largest
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ae62665a58e35bd2483417d3f911834a", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ec3a58f7039c7c217174d0a1b6c6ed0c", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
-rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
-                 generator=torch.Generator().manual_seed(6))  # fmt: skip
+rm_init = sample(
+    build_models(seed=0).ref,
+    make_prompts(1024, torch.Generator().manual_seed(5)),
+    8,
+    END_ID,
+    generator=torch.Generator().manual_seed(6),
+)
 rm_len = rm_init.response_mask.sum(1)  # (1024,)
 rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
 rm_corr = torch.corrcoef(torch.stack([rm_len, rm_gold]))[0, 1]
 rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values() for r in runs)
-print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
-      f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
+print(
+    f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
+    f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1d047facaa3f0aaec6f195c4c808624b", "grade": false, "grade_id": "35_reward_model-19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **The control: a gold that does not reverse.** If over-optimisation were something PPO does to any
@@ -1843,17 +1906,21 @@ print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO ste
 # better, then PPO against it at the smallest $\beta$, the setting that over-optimised hardest above.
 # The right panel of the figure shows the result, and the cell below prints it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f55358a9fab8768974afbe89b5eaa6c6", "grade": false, "grade_id": "35_reward_model-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0af4766f03c6e1de68c639e505fda633", "grade": false, "grade_id": "35_reward_model-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_ctrl = rm_summary["control"]
 rm_ctrl_corr = statistics.fmean(
     float(torch.corrcoef(torch.tensor([gold_z(rm_results, r, True), r["proxy"]]))[0, 1])
     for r in rm_results["control"]
-)  # fmt: skip
-print(f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
-      f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
-      f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}")  # fmt: skip
-print(f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
-      f"{rm_summary[rm_low]['gold_final_z']:+.1f} std")  # fmt: skip
+)
+print(
+    f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
+    f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
+    f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}"
+)
+print(
+    f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2559d826148e4f37d28a1896f3c5f4f9", "grade": false, "grade_id": "35_reward_model-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # With a monotone gold the same PPO, the same $\beta$ and a reward model fitted on the same kind of
@@ -2057,14 +2124,14 @@ print(format_time_split(split))
 # in fixed-size blocks on demand, so that rows of different lengths waste no memory; Kwon et al.,
 # 2023.)
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "47d53001b616b21d5cd851bc5da5ccaa", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "216ab2b1361ea5cba7c40b0613a2b785", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
     sample(policy, prompts, 8, END_ID, generator=torch.Generator().manual_seed(0), use_cache=c)
     for c in (False, True)
-)  # fmt: skip
+)
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
@@ -2098,17 +2165,21 @@ print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "09cff1e151c609351f190e407fc2fe13", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9fddeb77199203d67d2d1b0514d95281", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import time_samplers, times_phrase
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
 kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
 kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
-print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
-      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
-print(f"the cache samples {times_phrase(kv['naive'] / kv['cached'])} than the naive sampler; bound from the one-token floor: "
-      f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+print(
+    f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
+    f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)"
+)
+print(
+    f"the cache samples {times_phrase(kv['naive'] / kv['cached'])} than the naive sampler; bound from the one-token floor: "
+    f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it"
+)
 kv_cfg = kv_models.policy.cfg
 kv_bytes = 2 * kv_cfg.n_layers * kv_models.prompts.shape[0] * (kv_P + kv_n) * kv_cfg.d_model * 4
 print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
@@ -2131,7 +2202,7 @@ print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
 # and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
 # on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8e6201938b2e6585bde8a6e24d615d70", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "af1016b052158d96407fb414308c0cfb", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import format_sweep, share_verdict, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
@@ -2144,8 +2215,11 @@ sweep_time_split(*sw_models[:4], lengths[:1], repeats=1, warmup=0, **step_fns)  
 rows = sweep_time_split(*sw_models[:4], lengths, repeats=3, warmup=0, **step_fns)  # medians of 3
 display(Markdown(format_sweep(rows, markdown=True)))
 gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
-print("the KV cache generates " + ", ".join(
-    f"{times_phrase(gen_s[n, 'naive'] / gen_s[n, 'cached'])} at {n}" for n in lengths) + " new tokens")  # fmt: skip
+print(
+    "the KV cache generates "
+    + ", ".join(f"{times_phrase(gen_s[n, 'naive'] / gen_s[n, 'cached'])} at {n}" for n in lengths)
+    + " new tokens"
+)
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0334235903d6c06d47a361dea988dd2d", "grade": false, "grade_id": "40_systems-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
@@ -2165,7 +2239,7 @@ print("the KV cache generates " + ", ".join(
 # after an untimed warm-up step. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "eb12d38b58faf2dafb740492787fef4b", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "666b72bb1edf21f3ca667c005a445324", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 # Demonstration only: the autograder skips this cell.
 import io
 
@@ -2188,29 +2262,47 @@ latency = calibrate_latency(
     repeats=3,
     warmup=1,
     **step_fns,
-)  # fmt: skip  (a warm-up step, then the median of three, for each of the four calibration steps)
-print(f"this machine: {machine.flop_rate / 1e9:.0f} GFLOP/s (fp32 matmul), {machine.bandwidth / 1e9:.1f} GB/s "
-      f"(copy), compute-bound above {machine.ridge:.1f} FLOPs/byte")  # fmt: skip
-print("latency: " + "; ".join(f"{name} sampler {1e3 * lat.decode_step:.2f} ms per decode step, "
-                              f"{1e3 * lat.update:.0f} ms per update" for name, lat in latency.items()))  # fmt: skip
+)  # a warm-up step, then the median of three, for each of the four calibration steps
+print(
+    f"this machine: {machine.flop_rate / 1e9:.0f} GFLOP/s (fp32 matmul), {machine.bandwidth / 1e9:.1f} GB/s "
+    f"(copy), compute-bound above {machine.ridge:.1f} FLOPs/byte"
+)
+print(
+    "latency: "
+    + "; ".join(
+        f"{name} sampler {1e3 * lat.decode_step:.2f} ms per decode step, "
+        f"{1e3 * lat.update:.0f} ms per update"
+        for name, lat in latency.items()
+    )
+)
 for r in rows:
     r["predicted"] = predicted_split(r, toy_shape, machine, 4, latency)
 display(Markdown(format_sweep(rows, [r["predicted"] for r in rows], markdown=True)))
 share_ratio = {
-    sampler: [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"]
-              for r in rows if r["sampler"] == sampler]
+    sampler: [
+        r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"]
+        for r in rows
+        if r["sampler"] == sampler
+    ]
     for sampler in ("naive", "cached")
-}  # fmt: skip
+}
 for sampler, ratios in share_ratio.items():
     print(f"{sampler} sampler: the model's generation share {share_verdict(ratios)}")
 pred_gen = {(r["new_tokens"], r["sampler"]): r["predicted"]["seconds"]["generation"] for r in rows}
-print("the model predicts the cache " + ", ".join(
-    f"{times_phrase(pred_gen[n, 'naive'] / pred_gen[n, 'cached'])} at {n}" for n in lengths) + " new tokens")  # fmt: skip
+print(
+    "the model predicts the cache "
+    + ", ".join(
+        f"{times_phrase(pred_gen[n, 'naive'] / pred_gen[n, 'cached'])} at {n}" for n in lengths
+    )
+    + " new tokens"
+)
 step_ratio = [r["predicted"]["total_s"] / r["total_s"] for r in rows]
 fixed = [r["predicted"]["latency_share"] for r in rows]
-print(f"predicted / measured step time: {min(step_ratio):.2f} to {max(step_ratio):.2f}; fixed latency is "
-      f"{min(fixed):.0%} to {max(fixed):.0%} of the predicted step; the toy's weights: "
-      f"{toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB")  # fmt: skip
+print(
+    f"predicted / measured step time: {min(step_ratio):.2f} to {max(step_ratio):.2f}; fixed latency is "
+    f"{min(fixed):.0%} to {max(fixed):.0%} of the predicted step; the toy's weights: "
+    f"{toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB"
+)
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
 for sampler, color in (("naive", "tab:red"), ("cached", "tab:blue")):
@@ -2272,13 +2364,14 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "cd8a2cc0432adf50413ccad9104ca8b4", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "61458ff61c988a62657b36fc35a44e6e", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
-llama7b = Shape(n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2,
-                mlp_matrices=3)  # fmt: skip
+llama7b = Shape(
+    n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2, mlp_matrices=3
+)
 P7, n7 = 512, 512  # prompt and response tokens
 kv_gb = 2 * llama7b.n_layers * llama7b.d_model * 2 * (P7 + n7) / 1e9  # keys + values, bf16
 print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 + n7}-token row")
@@ -2286,8 +2379,9 @@ print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 
 
 def predict_7b(batch, epochs=1):
     """Seconds per phase: policy, reference, critic forwards; a reward model; KV-cached decoding."""
-    return predict_step(llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3,
-                        reward_passes=1)  # fmt: skip
+    return predict_step(
+        llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3, reward_passes=1
+    )
 
 
 print(f"{'batch':>5} {'KV GB':>6} {'gen s':>6} {'fwd s':>6} {'RM s':>5} {'update s':>8} {'gen':>5}")
@@ -2295,8 +2389,10 @@ share_7b = {}
 for B in (8, 32, 64, 128):
     sec = predict_7b(B)
     share_7b[B] = shares(sec)["generation"]
-    print(f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
-          f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}")  # fmt: skip
+    print(
+        f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
+        f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}"
+    )
 openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generation stage"
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
@@ -2372,15 +2468,19 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
 # policy samples, the fp32 policy scores the same tokens.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b9157b050b226892863f83b433fe7de9", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "53c34e10d693076011b9b20e9577a80c", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import precision_mismatch
 
 mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
-print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
-      f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}")  # fmt: skip
-print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
-      f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}")  # fmt: skip
+print(
+    f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
+    f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}"
+)
+print(
+    f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
+    f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}"
+)
 
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "023decf78d54356164ef9b9d05e3bc51", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2526,15 +2626,21 @@ def sequence_returns(scores: torch.Tensor, roll: dict, beta: float) -> torch.Ten
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "009f01294f547e04527ae284f1adfc7e", "grade": false, "grade_id": "45_critic_free-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # One group of four responses to the same prompt, to see what each baseline does with it:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "8f60d17cd7efad2058cde155fc2a55ab", "grade": false, "grade_id": "45_critic_free-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "cf3ea898186bfcd49b336d2694f31a6e", "grade": false, "grade_id": "45_critic_free-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 cf_group = torch.tensor([3.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # returns of k = 4 samples
 print("returns:                  ", cf_group.tolist())
 print("RLOO advantages:          ", [round(a, 3) for a in rloo_advantages(cf_group, 4).tolist()])
 print("GRPO advantages:          ", [round(a, 3) for a in grpo_advantages(cf_group, 4).tolist()])
-print("RLOO / (R - group mean):  ", round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
-      "= k / (k - 1)")  # fmt: skip
-print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
-      "(no signal, no update)")  # fmt: skip
+print(
+    "RLOO / (R - group mean):  ",
+    round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
+    "= k / (k - 1)",
+)
+print(
+    "a group of equal returns: ",
+    grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
+    "(no signal, no update)",
+)
 
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7caffb9e75fa94efef228fce3eae0370", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -2571,7 +2677,7 @@ def published_grpo_update(
         opt.step()
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4110022e79b7f2b2bae2127ab4b5dde2", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a624f0b752f47e93145ff005d002a4d5", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
     """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
     averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
@@ -2586,15 +2692,21 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
         out[arm] = dict(
             early=statistics.fmean(statistics.fmean(r["reward"][:first]) for r in runs),
             wobble=statistics.fmean(statistics.pstdev(r["reward"][-20:]) for r in runs),
-            reward=statistics.fmean(rew), reward_min=min(rew), reward_max=max(rew),
-            kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
-            objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
+            reward=statistics.fmean(rew),
+            reward_min=min(rew),
+            reward_max=max(rew),
+            kl=statistics.fmean(kls),
+            kl_min=min(kls),
+            kl_max=max(kls),
+            objective=statistics.fmean(obj),
+            objective_min=min(obj),
+            objective_max=max(obj),
             seconds=statistics.fmean(r["seconds"] for r in runs),
             length=statistics.fmean(statistics.fmean(r["length"][-last:]) for r in runs),
             length_early=statistics.fmean(statistics.fmean(r["length"][:first]) for r in runs),
             critic_bytes=runs[0]["critic_bytes"],
             critic_train_bytes=runs[0]["critic_state_bytes"],
-        )  # fmt: skip
+        )
     return out
 
 
@@ -2668,12 +2780,16 @@ cf_summary = summarise(cf_results)
 display(Markdown(format_table(cf_summary, cf_beta)))
 cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
 cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
-print(f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
-      f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
-      f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}")  # fmt: skip
-print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
-      f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
-      f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
+print(
+    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
+    f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+    f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}"
+)
+print(
+    f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
+    f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
+    f"(float32: 4 + 4 + 8 bytes per parameter)"
+)
 cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
     cf_summary[a]["seconds"] for a in ("rloo", "grpo")
 )
@@ -2885,7 +3001,7 @@ print(
 # $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
 # It compares them with the exact gradients of the two KL directions.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9d2e0f93920c298742431f9fad0abbb0", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "16af9c7fa2a1f40b5977c2b269950223", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 g6 = torch.Generator().manual_seed(0)
 theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
 logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
@@ -2912,8 +3028,10 @@ grads = {
 }
 print("gradient of KL(pi || ref):", [round(g, 4) + 0.0 for g in reverse_kl.tolist()])
 for name, g in grads.items():
-    print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
-          f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
+    print(
+        f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
+        f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}"
+    )
 assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
 assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
     grads["k1 as a reward"], reverse_kl
@@ -2942,7 +3060,7 @@ assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
 # critic has learned to predict the score at the slot, which is what keeping the slot in the value
 # loss trains it to do. The cell checks the formula with your `gae` on one response.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9e4cdcf713ca2fb4d3b1dfe586d4f00d", "grade": false, "grade_id": "50_production-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "016a0ce8eee74d2d0316dd24d32777ee", "grade": false, "grade_id": "50_production-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
 R_kl = torch.tensor(
     [[0.02, -0.01, 0.03, 0.0]]
 )  # KL terms of a 3-token response; column 3 is the slot after EOS
@@ -2957,8 +3075,12 @@ gap = a_slot[0, :3] - a_chapter[0, :3]
 print("advantages, score on EOS:  ", [round(x, 4) + 0.0 for x in a_chapter[0, :3].tolist()])
 print("advantages, score after EOS:", [round(x, 4) + 0.0 for x in a_slot[0, :3].tolist()])
 predicted = [(1 - lam) * (v[0, 3].item() - r_phi) * lam ** (2 - t) for t in range(3)]
-print("difference:", [round(x, 4) + 0.0 for x in gap.tolist()], " (1 - lam)(V_slot - r) lam^(T-t):",
-      [round(x, 4) + 0.0 for x in predicted])  # fmt: skip
+print(
+    "difference:",
+    [round(x, 4) + 0.0 for x in gap.tolist()],
+    " (1 - lam)(V_slot - r) lam^(T-t):",
+    [round(x, 4) + 0.0 for x in predicted],
+)
 assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
     "the gap does not follow (1 - lam)(V_slot - r) lam^(T-t): this cell uses your `gae` from §3, "
     "so check that its ✓ check cell passes first"
@@ -2975,33 +3097,81 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # generated trainer config, `verl/trainer/config/_generated_ppo_trainer.yaml`, and the dual clip from
 # `compute_policy_loss_vanilla` in `verl/trainer/ppo/core_algos.py`.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dea893b3c4dc3f70ce4fed7d43b0c3c8", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b069418c7221004b2eb49875dc872c84", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
-    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
-                              "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)", "0.1, fixed"),
-    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic is its own worker with its own optimiser",
-                              "none: the critic has its own engine"),
+    "beta (KL coefficient)": (
+        "0.05, fixed (`kl_coef`)",
+        "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
+        "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)",
+        "0.1, fixed",
+    ),
+    "value-loss weight c_v": (
+        "0.1 (`vf_coef`)",
+        "none: the critic has its own optimiser",
+        "none: the critic is its own worker with its own optimiser",
+        "none: the critic has its own engine",
+    ),
     "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "1.0 (`algorithm.lam`)", "0.95"),
     "gamma": ("1.0", "1", "1.0", "1.0"),
-    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2 (`clip_ratio`)", "0.2"),
-    "dual clip (A < 0)": ("none", "off (`--actor.dual_clip`)", "on, c = 3 (`clip_ratio_c`)", "none"),
-    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.5 (`critic.cliprange_value`)", "0.2"),
+    "policy clip eps": (
+        "0.2 (`cliprange`)",
+        "0.2 (`--actor.eps_clip`)",
+        "0.2 (`clip_ratio`)",
+        "0.2",
+    ),
+    "dual clip (A < 0)": (
+        "none",
+        "off (`--actor.dual_clip`)",
+        "on, c = 3 (`clip_ratio_c`)",
+        "none",
+    ),
+    "value clip": (
+        "0.2 (`cliprange_value`)",
+        "0.5 (`--critic.value_clip`)",
+        "0.5 (`critic.cliprange_value`)",
+        "0.2",
+    ),
     "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "none", "[-5, 5]"),
-    "KL estimator": ("k1 in the reward (`kl_estimator`; k3 optional)", "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
-                     "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off", "k1 in the reward"),
-    "loss aggregation": ("masked mean over the minibatch's tokens", "token mean over the global batch", "token mean (`loss_agg_mode`)",
-                         "masked token mean"),
-    "PPO epochs per batch": ("4 (`num_ppo_epochs`)", "1 (`--train.max_epochs`)", "1 (`ppo_epochs`)", "1 (`--ppo_epochs`)"),
-}  # fmt: skip
+    "KL estimator": (
+        "k1 in the reward (`kl_estimator`; k3 optional)",
+        "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
+        "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off",
+        "k1 in the reward",
+    ),
+    "loss aggregation": (
+        "masked mean over the minibatch's tokens",
+        "token mean over the global batch",
+        "token mean (`loss_agg_mode`)",
+        "masked token mean",
+    ),
+    "PPO epochs per batch": (
+        "4 (`num_ppo_epochs`)",
+        "1 (`--train.max_epochs`)",
+        "1 (`ppo_epochs`)",
+        "1 (`--ppo_epochs`)",
+    ),
+}
 c = CHAPTER_RUN
-chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
-           f"{c.clip_eps}", "none", f"{c.clip_eps} (the policy's)", "none", "k1 in the reward", "masked token mean",
-           f"{c.ppo_epochs}"]  # fmt: skip
-rows = ["| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
-        "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
-        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
-        "|---|---|---|---|---|---|"]  # fmt: skip
+chapter = [
+    f"{c.beta} at the start, adaptive (target {c.kl_target})",
+    f"{c.vf_coef}",
+    f"{c.lam}",
+    f"{c.gamma}",
+    f"{c.clip_eps}",
+    "none",
+    f"{c.clip_eps} (the policy's)",
+    "none",
+    "k1 in the reward",
+    "masked token mean",
+    f"{c.ppo_epochs}",
+]
+rows = [
+    "| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
+    "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
+    "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
+    "|---|---|---|---|---|---|",
+]
 for (name, (trl, openrlhf, verl, dschat)), ours in zip(
     library_defaults.items(), chapter, strict=True
 ):

@@ -119,8 +119,10 @@ def _fresh_course(tmp: pathlib.Path, name: str) -> pathlib.Path:
 def grading_rows(repeats: int) -> list:
     solved = ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb"
     rows = []
-    for label, path in (("grade one correct submission (sandboxed)", solved),
-                        ("grade the untouched release (sandboxed)", ROOT / "chapters" / "rlhf_ppo.ipynb")):  # fmt: skip
+    for label, path in (
+        ("grade one correct submission (sandboxed)", solved),
+        ("grade the untouched release (sandboxed)", ROOT / "chapters" / "rlhf_ppo.ipynb"),
+    ):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -184,15 +186,19 @@ def systems_lines(repeats: int) -> None:
     kv = time_samplers(policy, prompts, 64, repeats=max(repeats, 5))
     ratio, bound = kv["naive"] / kv["cached"], kv["naive"] / kv["floor"]
     verdict = "PASS" if ratio >= 8 else "FAIL"
-    print(f"sampling 64 new tokens, batch 64: naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, "
-          f"one-token floor {1e3 * kv['floor']:.0f} ms; cached is {ratio:.1f}x faster (target >= 8x): {verdict}; "
-          f"bound from the floor {bound:.1f}x, the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+    print(
+        f"sampling 64 new tokens, batch 64: naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, "
+        f"one-token floor {1e3 * kv['floor']:.0f} ms; cached is {ratio:.1f}x faster (target >= 8x): {verdict}; "
+        f"bound from the floor {bound:.1f}x, the cache reaches {kv['floor'] / kv['cached']:.0%} of it"
+    )
     # The same at the sweep's other batch sizes: the naive sampler's work grows with the batch.
     for batch in sorted(set(SWEEP_BATCHES) - {SWEEP_BATCH}):
         at_b = build_models(seed=0, batch=batch, cfg=cfg)
         kv = time_samplers(at_b.policy.eval(), at_b.prompts, 64, repeats=max(repeats, 5))
-        print(f"  batch {batch:>3}: cached {kv['naive'] / kv['cached']:.1f}x faster than naive, "
-              f"bound {kv['naive'] / kv['floor']:.1f}x")  # fmt: skip
+        print(
+            f"  batch {batch:>3}: cached {kv['naive'] / kv['cached']:.1f}x faster than naive, "
+            f"bound {kv['naive'] / kv['floor']:.1f}x"
+        )
 
     update = partial(ppo_update, beta=0.3, cfg=PPOConfig(ppo_epochs=EPOCHS))
     step_fns = dict(rollout=collect_rollouts, reward_fn=good_count_reward, update=update)

@@ -284,8 +284,12 @@ def check_gae(gae, seed=0):
             )
         # The defaults must be the chapter's gamma = 1, lambda = 0.95 (ppo_update relies on them).
         adv_default, _ = _call_quiet(gae, rewards.clone(), values.clone(), mask.clone())
-        _close(_as_f64(adv_default, "advantages") * m, _brute_gae(rewards, values, mask, 1.0, 0.95), "advantages",
-               "gae's defaults must be gamma=1.0, lam=0.95")  # fmt: skip
+        _close(
+            _as_f64(adv_default, "advantages") * m,
+            _brute_gae(rewards, values, mask, 1.0, 0.95),
+            "advantages",
+            "gae's defaults must be gamma=1.0, lam=0.95",
+        )
         # gamma = lam = 1: advantages + values is the Monte-Carlo reward-to-go on every response token.
         adv, _ = _call_quiet(gae, rewards, values, mask, gamma=1.0, lam=1.0)
         to_go = torch.zeros(mask.shape, dtype=torch.float64)

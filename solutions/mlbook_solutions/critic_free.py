@@ -105,8 +105,12 @@ def critic_memory(critic: nn.Module, tokens: torch.Tensor) -> tuple[int, int]:
     opt.step()
     weights = sum(p.numel() * p.element_size() for p in critic.parameters())
     grads = sum(p.grad.numel() * p.grad.element_size() for p in critic.parameters())
-    state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
-                if torch.is_tensor(t))  # fmt: skip
+    state = sum(
+        t.numel() * t.element_size()
+        for s in opt.state.values()
+        for t in s.values()
+        if torch.is_tensor(t)
+    )
     return weights, grads + state
 
 
@@ -266,12 +270,31 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
             length.append(float(roll["response_mask"].sum(1).mean()))
             if arm in ("grpo_published", "dr_grpo"):
                 published_grpo_update(
-                    policy, opt, roll, scores, run.beta, cfg.k, run.ppo_epochs, run.clip_eps,
-                    run.max_grad_norm, run.max_new_tokens, dr=arm == "dr_grpo",
-                )  # fmt: skip
+                    policy,
+                    opt,
+                    roll,
+                    scores,
+                    run.beta,
+                    cfg.k,
+                    run.ppo_epochs,
+                    run.clip_eps,
+                    run.max_grad_norm,
+                    run.max_new_tokens,
+                    dr=arm == "dr_grpo",
+                )
             else:
-                critic_free_update(policy, opt, roll, scores, run.beta, cfg.k, arm,
-                                   run.ppo_epochs, run.clip_eps, run.max_grad_norm)  # fmt: skip
+                critic_free_update(
+                    policy,
+                    opt,
+                    roll,
+                    scores,
+                    run.beta,
+                    cfg.k,
+                    arm,
+                    run.ppo_epochs,
+                    run.clip_eps,
+                    run.max_grad_norm,
+                )
         critic_bytes = state_bytes = 0
     return dict(
         arm=arm,
@@ -355,15 +378,21 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
         out[arm] = dict(
             early=statistics.fmean(statistics.fmean(r["reward"][:first]) for r in runs),
             wobble=statistics.fmean(statistics.pstdev(r["reward"][-20:]) for r in runs),
-            reward=statistics.fmean(rew), reward_min=min(rew), reward_max=max(rew),
-            kl=statistics.fmean(kls), kl_min=min(kls), kl_max=max(kls),
-            objective=statistics.fmean(obj), objective_min=min(obj), objective_max=max(obj),
+            reward=statistics.fmean(rew),
+            reward_min=min(rew),
+            reward_max=max(rew),
+            kl=statistics.fmean(kls),
+            kl_min=min(kls),
+            kl_max=max(kls),
+            objective=statistics.fmean(obj),
+            objective_min=min(obj),
+            objective_max=max(obj),
             seconds=statistics.fmean(r["seconds"] for r in runs),
             length=statistics.fmean(statistics.fmean(r["length"][-last:]) for r in runs),
             length_early=statistics.fmean(statistics.fmean(r["length"][:first]) for r in runs),
             critic_bytes=runs[0]["critic_bytes"],
             critic_train_bytes=runs[0]["critic_state_bytes"],
-        )  # fmt: skip
+        )
     return out
 
 

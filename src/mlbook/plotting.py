@@ -7,8 +7,12 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 
-CURVES = (("reward", "mean reward (good tokens)"), ("kl", "KL to reference (nats/seq)"),
-          ("clip_frac", "clip fraction"), ("beta", "KL coefficient beta"))  # fmt: skip
+CURVES = (
+    ("reward", "mean reward (good tokens)"),
+    ("kl", "KL to reference (nats/seq)"),
+    ("clip_frac", "clip fraction"),
+    ("beta", "KL coefficient beta"),
+)
 
 
 def plot_training_curves(

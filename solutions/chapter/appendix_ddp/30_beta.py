@@ -21,9 +21,11 @@ for name, out in zip(("global KL", "per-rank KL"), runs, strict=True):
     same_params = all(
         a["checksum"] == b["checksum"] for a, b in zip(r0["steps"], r1["steps"], strict=True)
     )
-    print(f"{name:>11}: the ranks hold the same beta after {same_beta} of {cfg_kl.steps} steps; "
-          f"final beta {r0['steps'][-1]['beta_next']:.5f} / {r1['steps'][-1]['beta_next']:.5f}; "
-          f"parameter checksums equal at every step: {same_params}")  # fmt: skip
+    print(
+        f"{name:>11}: the ranks hold the same beta after {same_beta} of {cfg_kl.steps} steps; "
+        f"final beta {r0['steps'][-1]['beta_next']:.5f} / {r1['steps'][-1]['beta_next']:.5f}; "
+        f"parameter checksums equal at every step: {same_params}"
+    )
 show(
     ddp.plot_beta_per_rank(runs, cfg_kl.kl_target),
     alt="Two panels over six PPO steps on two ranks. Left: beta after each step; with the KL "

@@ -61,7 +61,7 @@ from mlbook.posttrain.toy_lm import (
     decode,
     good_count_reward,
     make_prompts,
-)  # fmt: skip
+)
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
 AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades

@@ -27,9 +27,12 @@
 
 # %% needs_answers=true tags=["nbval-check-output"]
 r = shaped_rewards(
-    torch.tensor([1.5]), torch.tensor([[-1.0, -0.5, -2.0, -0.1]]), torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
-    torch.ones(1, 4), beta=0.1,
-)  # fmt: skip
+    torch.tensor([1.5]),
+    torch.tensor([[-1.0, -0.5, -2.0, -0.1]]),
+    torch.tensor([[-1.2, -0.5, -1.0, -0.1]]),
+    torch.ones(1, 4),
+    beta=0.1,
+)
 print("R =", [round(v, 4) + 0.0 for v in r[0].tolist()])
 assert torch.allclose(r, torch.tensor([[-0.02, 0.0, 0.10, 1.50]]), atol=1e-6), (
     "expected (-0.02, 0, +0.10, +1.50), the §1 table"
@@ -169,7 +172,7 @@ print(
 )
 assert abs(float(loss.detach()) - sum(per_token) / 4) < 1e-5, (
     "loss must be -mean over all response tokens of min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(logp_new - logp_old)"
-)  # fmt: skip
+)
 g = new2.grad
 assert g[0, 0] == 0 and g[0, 1] == 0, (
     f"tokens already moved eps the way A wants must get zero gradient, got {g[0, :2].tolist()}"
@@ -180,7 +183,7 @@ assert abs(float(g[0, 2]) + math.exp(-0.5) / 4) < 1e-6, (
 assert abs(float(frac) - 3 / 4) < 1e-6 or abs(float(frac) - 2 / 4) < 1e-6, (
     f"clip fraction: 3 of the 4 response tokens have a ratio outside [0.8, 1.2] (2 if you count only those clipped in "
     f"the advantage's direction, as TRL does); got {float(frac):.3f}: count both sides, and never padding"
-)  # fmt: skip
+)
 print(
     "✓ ppo_clip_loss: vanilla gradient at ratio 1, zero gradient once clipped, token mean over response tokens"
 )
@@ -305,8 +308,17 @@ print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
 history = train_ppo(
-    policy, ref, critic, prompts, run_log.reward, END_ID, run_cfg, generator=gen, progress=True, extra_loss=run_log
-)  # fmt: skip
+    policy,
+    ref,
+    critic,
+    prompts,
+    run_log.reward,
+    END_ID,
+    run_cfg,
+    generator=gen,
+    progress=True,
+    extra_loss=run_log,
+)
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
 log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
@@ -375,13 +387,18 @@ def md_code(word):
     )
 
 
-shape_rows = [f"| | step 1 | step {len(history)} |", "|---|---:|---:|",
-              f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
-              f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
-              f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |"]  # fmt: skip
+shape_rows = [
+    f"| | step 1 | step {len(history)} |",
+    "|---|---:|---:|",
+    f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
+    f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
+    f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |",
+]
 for name in ("<|pad|>", "<|bos|>"):
-    shape_rows.append(f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
-                      f"| {response_stats(last)[1][name]:.1%} |")  # fmt: skip
+    shape_rows.append(
+        f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
+        f"| {response_stats(last)[1][name]:.1%} |"
+    )
 display(Markdown("\n".join(shape_rows)))
 show(
     plot_response_shape(history, end_share),
@@ -434,16 +451,24 @@ print(
 )
 trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
 for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    trace_rows.append(f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
-                      f"| {A[row, c]:.3f} | {G[row, c]:.3f} |")  # fmt: skip
+    trace_rows.append(
+        f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
+        f"| {A[row, c]:.3f} | {G[row, c]:.3f} |"
+    )
 display(Markdown("\n".join(trace_rows)))
 show(
-    plot_gae_trace(words, R[row, cols], step["values"][row, cols], A[row, cols], G[row, cols],
-                   title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})"),
+    plot_gae_trace(
+        words,
+        R[row, cols],
+        step["values"][row, cols],
+        A[row, cols],
+        G[row, cols],
+        title=f"One sampled response after GAE (step {k + 1}, score {scores[row]:.0f})",
+    ),
     alt=f"Per-token chart of the response '{' '.join(words)}': bars for the shaped reward R_t, small except "
     f"{float(R[row, cols[-1]]):.2f} on the last token where the score lands; lines for the critic's V(s_t), the advantage "
     f"A_t (from {float(A[row, cols].min()):.2f} to {float(A[row, cols].max()):.2f}) and the return G_t = A_t + V(s_t).",
-)  # fmt: skip
+)
 
 # %% [markdown]
 # Read it from the right. The score lands on the last token, so its bar towers over the rest. Each
@@ -493,8 +518,10 @@ print(
     f"largest gap at step {gap_step + 1}: {clip_out[gap_step]:.3f} vs {clip_active[gap_step]:.3f}"
 )
 rel = [abs(a - b) / b for a, b in zip(k2s, k3s, strict=True) if b > 0]
-print(f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
-      f"they differ by at most {max(rel):.1%} at any step")  # fmt: skip
+print(
+    f"approx KL, mean over {n} steps: k3 {sum(k3s) / n:.5f}, k2 {sum(k2s) / n:.5f}; "
+    f"they differ by at most {max(rel):.1%} at any step"
+)
 
 # %% [markdown]
 # Same run, same tokens: the TRL-style clip fraction is clearly the smaller one on average and far

@@ -60,8 +60,10 @@ for i in range(3):
     print(f"rejected (gold {rm_gold_r[i]:+.1f}): {decode(rm_pairs.rejected[i])}")
 rm_ties = float((rm_pairs.gold_margin == 0).float().mean())
 rm_flipped = float((rm_pairs.gold_margin < 0).float().mean())
-print(f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
-      f"{rm_flipped:.0%} were labelled against the gold order")  # fmt: skip
+print(
+    f"over {len(rm_pairs.chosen):,} pairs: {rm_ties:.0%} tie on gold (a coin flip decides them), "
+    f"{rm_flipped:.0%} were labelled against the gold order"
+)
 
 # %% [markdown]
 # **Exercise (extra credit).** Write `pairwise_loss(r_chosen, r_rejected)`: the mean over pairs of
@@ -118,17 +120,23 @@ assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (
 # %% tags=["nbval-check-output"]
 rm_results = load_cached("reward_model")
 rm_cfg = rm_results["config"]
-print(f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
-      f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
-      f"cache written in {rm_results['seconds']:.0f} s")  # fmt: skip
+print(
+    f"{rm_cfg['train_pairs']:,} training pairs, {rm_cfg['heldout_pairs']:,} held out, "
+    f"{rm_cfg['rm_steps']} Adam steps, gain and bias fitted on {rm_cfg['norm_samples']:,} samples; "
+    f"cache written in {rm_results['seconds']:.0f} s"
+)
 for seed, r in rm_results["rms"].items():
-    print(f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
-          f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
-          f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
-          f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}")  # fmt: skip
+    print(
+        f"seed {seed}: pairwise loss {r['loss'][0]:.3f} -> {r['loss'][-1]:.3f} (train), "
+        f"{r['heldout_loss']:.3f} held out; agrees with the noisy held-out labels on "
+        f"{r['heldout_accuracy']:.1%}, with the gold order on {r['gold_accuracy']:.1%} of the "
+        f"pairs gold can tell apart; gain {r['gain']:.3f}, bias {r['bias']:+.3f}"
+    )
 rm_noise_ceiling = 1 / (1 + math.exp(-1.0))  # sigmoid(1)
-print(f"a rater who prefers the better of two responses one gold point apart does so "
-      f"{rm_noise_ceiling:.1%} of the time")  # fmt: skip
+print(
+    f"a rater who prefers the better of two responses one gold point apart does so "
+    f"{rm_noise_ceiling:.1%} of the time"
+)
 
 # %% [markdown]
 # The held-out loss stays close to $\log 2 = 0.693$ and the agreement with the held-out labels
@@ -153,17 +161,24 @@ print(f"a rater who prefers the better of two responses one gold point apart doe
 
 # %% include="mlbook_solutions.reward_model:gold_z,summarise,gold_at_equal_kl,_band,plot_overoptimisation" tags=["nbval-check-output"]
 rm_summary = summarise(rm_results)
-rm_rows = ["| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
-           "| length end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+rm_rows = [
+    "| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
+    "| length end |",
+    "|---:|---:|---:|---:|---:|---:|---:|---:|",
+]
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_rows.append(f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
-                   f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |")  # fmt: skip
+    rm_rows.append(
+        f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
+        f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    )
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
-print(f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-      f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-      f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std")  # fmt: skip
+print(
+    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
+    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
+    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+)
 
 # %% demo=true
 show(
@@ -181,16 +196,28 @@ rm_equal = gold_at_equal_kl(rm_results)
 rm_d = [
     d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
 ]
-display(Markdown("\n".join(
-    ["| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |", "|---:" * (len(rm_d) + 1) + "|"]
-    + [f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |" for beta, row in rm_equal.items()]
-)))  # fmt: skip
+display(
+    Markdown(
+        "\n".join(
+            [
+                "| beta | " + " | ".join(f"sqrt(KL) = {d:g}" for d in rm_d) + " |",
+                "|---:" * (len(rm_d) + 1) + "|",
+            ]
+            + [
+                f"| {beta} | " + " | ".join(f"{row[d]:+.2f}" for d in rm_d) + " |"
+                for beta, row in rm_equal.items()
+            ]
+        )
+    )
+)
 rm_spread = max(
     max(row[d] for row in rm_equal.values()) - min(row[d] for row in rm_equal.values())
     for d in rm_d
 )
-print(f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
-      f"{rm_spread:.2f} std")  # fmt: skip
+print(
+    f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
+    f"{rm_spread:.2f} std"
+)
 
 # %% [markdown]
 # What the runs show (the cells above print the numbers):
@@ -228,14 +255,21 @@ print(f"gold (proxy units) at equal KL, where all three betas get there: largest
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 # %% demo=true
-rm_init = sample(build_models(seed=0).ref, make_prompts(1024, torch.Generator().manual_seed(5)), 8, END_ID,
-                 generator=torch.Generator().manual_seed(6))  # fmt: skip
+rm_init = sample(
+    build_models(seed=0).ref,
+    make_prompts(1024, torch.Generator().manual_seed(5)),
+    8,
+    END_ID,
+    generator=torch.Generator().manual_seed(6),
+)
 rm_len = rm_init.response_mask.sum(1)  # (1024,)
 rm_gold = gold_reward(rm_init.tokens, rm_init.response_mask)  # (1024,)
 rm_corr = torch.corrcoef(torch.stack([rm_len, rm_gold]))[0, 1]
 rm_len0 = statistics.fmean(r["length"][0] for runs in rm_results["runs"].values() for r in runs)
-print(f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
-      f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}")  # fmt: skip
+print(
+    f"initial policy: mean response length {rm_len0:.2f} tokens (first PPO step, all runs); "
+    f"correlation of length and gold over 1,024 samples: {float(rm_corr):.2f}"
+)
 
 # %% [markdown]
 # **The control: a gold that does not reverse.** If over-optimisation were something PPO does to any
@@ -250,12 +284,16 @@ rm_ctrl = rm_summary["control"]
 rm_ctrl_corr = statistics.fmean(
     float(torch.corrcoef(torch.tensor([gold_z(rm_results, r, True), r["proxy"]]))[0, 1])
     for r in rm_results["control"]
-)  # fmt: skip
-print(f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
-      f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
-      f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}")  # fmt: skip
-print(f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
-      f"{rm_summary[rm_low]['gold_final_z']:+.1f} std")  # fmt: skip
+)
+print(
+    f"control, beta {rm_cfg['control_beta']}: gold {rm_ctrl['gold_start_z']:+.1f} -> {rm_ctrl['gold_final_z']:+.1f} "
+    f"std, proxy {rm_ctrl['proxy_start']:+.1f} -> {rm_ctrl['proxy_final']:+.1f} std, KL at the end "
+    f"{rm_ctrl['kl_final']:.1f} nats; per-step correlation of gold and proxy {rm_ctrl_corr:.2f}"
+)
+print(
+    f"peaked gold, same beta: gold {rm_summary[rm_low]['gold_start_z']:+.1f} -> "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std"
+)
 
 # %% [markdown]
 # With a monotone gold the same PPO, the same $\beta$ and a reward model fitted on the same kind of

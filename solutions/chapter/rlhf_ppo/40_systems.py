@@ -189,7 +189,7 @@ from mlbook.posttrain.toy_lm import sample
 naive, cached = (
     sample(policy, prompts, 8, END_ID, generator=torch.Generator().manual_seed(0), use_cache=c)
     for c in (False, True)
-)  # fmt: skip
+)
 gap = (naive.logprobs - cached.logprobs).abs().max()
 print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-prob gap: {gap:.1e}")
 
@@ -228,10 +228,14 @@ from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
 kv_models = build_models(seed=0, batch=64, cfg=ToyLMConfig(max_len=kv_P + kv_n))
 kv = time_samplers(kv_models.policy, kv_models.prompts, kv_n, repeats=3)
-print(f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
-      f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)")  # fmt: skip
-print(f"the cache samples {times_phrase(kv['naive'] / kv['cached'])} than the naive sampler; bound from the one-token floor: "
-      f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it")  # fmt: skip
+print(
+    f"naive {1e3 * kv['naive']:.0f} ms, cached {1e3 * kv['cached']:.0f} ms, one-token floor "
+    f"{1e3 * kv['floor']:.0f} ms (medians of 3 after a short warm-up)"
+)
+print(
+    f"the cache samples {times_phrase(kv['naive'] / kv['cached'])} than the naive sampler; bound from the one-token floor: "
+    f"{kv['naive'] / kv['floor']:.1f}x; the cache reaches {kv['floor'] / kv['cached']:.0%} of it"
+)
 kv_cfg = kv_models.policy.cfg
 kv_bytes = 2 * kv_cfg.n_layers * kv_models.prompts.shape[0] * (kv_P + kv_n) * kv_cfg.d_model * 4
 print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
@@ -266,8 +270,11 @@ sweep_time_split(*sw_models[:4], lengths[:1], repeats=1, warmup=0, **step_fns)  
 rows = sweep_time_split(*sw_models[:4], lengths, repeats=3, warmup=0, **step_fns)  # medians of 3
 display(Markdown(format_sweep(rows, markdown=True)))
 gen_s = {(r["new_tokens"], r["sampler"]): r["seconds"]["generation"] for r in rows}
-print("the KV cache generates " + ", ".join(
-    f"{times_phrase(gen_s[n, 'naive'] / gen_s[n, 'cached'])} at {n}" for n in lengths) + " new tokens")  # fmt: skip
+print(
+    "the KV cache generates "
+    + ", ".join(f"{times_phrase(gen_s[n, 'naive'] / gen_s[n, 'cached'])} at {n}" for n in lengths)
+    + " new tokens"
+)
 
 # %% [markdown]
 # **A roofline model.** Why these numbers? Price every pass of the step with the roofline
@@ -309,29 +316,47 @@ latency = calibrate_latency(
     repeats=3,
     warmup=1,
     **step_fns,
-)  # fmt: skip  (a warm-up step, then the median of three, for each of the four calibration steps)
-print(f"this machine: {machine.flop_rate / 1e9:.0f} GFLOP/s (fp32 matmul), {machine.bandwidth / 1e9:.1f} GB/s "
-      f"(copy), compute-bound above {machine.ridge:.1f} FLOPs/byte")  # fmt: skip
-print("latency: " + "; ".join(f"{name} sampler {1e3 * lat.decode_step:.2f} ms per decode step, "
-                              f"{1e3 * lat.update:.0f} ms per update" for name, lat in latency.items()))  # fmt: skip
+)  # a warm-up step, then the median of three, for each of the four calibration steps
+print(
+    f"this machine: {machine.flop_rate / 1e9:.0f} GFLOP/s (fp32 matmul), {machine.bandwidth / 1e9:.1f} GB/s "
+    f"(copy), compute-bound above {machine.ridge:.1f} FLOPs/byte"
+)
+print(
+    "latency: "
+    + "; ".join(
+        f"{name} sampler {1e3 * lat.decode_step:.2f} ms per decode step, "
+        f"{1e3 * lat.update:.0f} ms per update"
+        for name, lat in latency.items()
+    )
+)
 for r in rows:
     r["predicted"] = predicted_split(r, toy_shape, machine, 4, latency)
 display(Markdown(format_sweep(rows, [r["predicted"] for r in rows], markdown=True)))
 share_ratio = {
-    sampler: [r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"]
-              for r in rows if r["sampler"] == sampler]
+    sampler: [
+        r["predicted"]["fractions"]["generation"] / r["fractions"]["generation"]
+        for r in rows
+        if r["sampler"] == sampler
+    ]
     for sampler in ("naive", "cached")
-}  # fmt: skip
+}
 for sampler, ratios in share_ratio.items():
     print(f"{sampler} sampler: the model's generation share {share_verdict(ratios)}")
 pred_gen = {(r["new_tokens"], r["sampler"]): r["predicted"]["seconds"]["generation"] for r in rows}
-print("the model predicts the cache " + ", ".join(
-    f"{times_phrase(pred_gen[n, 'naive'] / pred_gen[n, 'cached'])} at {n}" for n in lengths) + " new tokens")  # fmt: skip
+print(
+    "the model predicts the cache "
+    + ", ".join(
+        f"{times_phrase(pred_gen[n, 'naive'] / pred_gen[n, 'cached'])} at {n}" for n in lengths
+    )
+    + " new tokens"
+)
 step_ratio = [r["predicted"]["total_s"] / r["total_s"] for r in rows]
 fixed = [r["predicted"]["latency_share"] for r in rows]
-print(f"predicted / measured step time: {min(step_ratio):.2f} to {max(step_ratio):.2f}; fixed latency is "
-      f"{min(fixed):.0%} to {max(fixed):.0%} of the predicted step; the toy's weights: "
-      f"{toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB")  # fmt: skip
+print(
+    f"predicted / measured step time: {min(step_ratio):.2f} to {max(step_ratio):.2f}; fixed latency is "
+    f"{min(fixed):.0%} to {max(fixed):.0%} of the predicted step; the toy's weights: "
+    f"{toy_shape.params * toy_shape.bytes_per_value / 1e6:.2f} MB"
+)
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
 for sampler, color in (("naive", "tab:red"), ("cached", "tab:blue")):
@@ -397,8 +422,9 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
-llama7b = Shape(n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2,
-                mlp_matrices=3)  # fmt: skip
+llama7b = Shape(
+    n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2, mlp_matrices=3
+)
 P7, n7 = 512, 512  # prompt and response tokens
 kv_gb = 2 * llama7b.n_layers * llama7b.d_model * 2 * (P7 + n7) / 1e9  # keys + values, bf16
 print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 + n7}-token row")
@@ -406,8 +432,9 @@ print(f"{llama7b.params / 1e9:.2f}B parameters; KV cache {kv_gb:.2f} GB per {P7 
 
 def predict_7b(batch, epochs=1):
     """Seconds per phase: policy, reference, critic forwards; a reward model; KV-cached decoding."""
-    return predict_step(llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3,
-                        reward_passes=1)  # fmt: skip
+    return predict_step(
+        llama7b, h100, batch, P7, n7, epochs, cached=True, n_scoring=3, reward_passes=1
+    )
 
 
 print(f"{'batch':>5} {'KV GB':>6} {'gen s':>6} {'fwd s':>6} {'RM s':>5} {'update s':>8} {'gen':>5}")
@@ -415,8 +442,10 @@ share_7b = {}
 for B in (8, 32, 64, 128):
     sec = predict_7b(B)
     share_7b[B] = shares(sec)["generation"]
-    print(f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
-          f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}")  # fmt: skip
+    print(
+        f"{B:>5} {B * kv_gb:>6.1f} {sec['generation']:>6.2f} {sec['forward']:>6.2f} "
+        f"{sec['reward']:>5.2f} {sec['update']:>8.2f} {share_7b[B]:>5.0%}"
+    )
 openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generation stage"
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
@@ -496,10 +525,14 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 from mlbook.posttrain.systems import precision_mismatch
 
 mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
-print(f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
-      f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}")  # fmt: skip
-print(f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
-      f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}")  # fmt: skip
+print(
+    f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
+    f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}"
+)
+print(
+    f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
+    f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}"
+)
 
 # %% [markdown]
 # On the toy the gap is real but small (the cell prints it): bf16 keeps about three significant

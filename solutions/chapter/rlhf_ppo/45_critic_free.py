@@ -59,10 +59,16 @@ cf_group = torch.tensor([3.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # returns of
 print("returns:                  ", cf_group.tolist())
 print("RLOO advantages:          ", [round(a, 3) for a in rloo_advantages(cf_group, 4).tolist()])
 print("GRPO advantages:          ", [round(a, 3) for a in grpo_advantages(cf_group, 4).tolist()])
-print("RLOO / (R - group mean):  ", round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
-      "= k / (k - 1)")  # fmt: skip
-print("a group of equal returns: ", grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
-      "(no signal, no update)")  # fmt: skip
+print(
+    "RLOO / (R - group mean):  ",
+    round(float(rloo_advantages(cf_group, 4)[0] / (3.0 - cf_group.mean())), 4),
+    "= k / (k - 1)",
+)
+print(
+    "a group of equal returns: ",
+    grpo_advantages(torch.ones(4, dtype=torch.float64), 4).tolist(),
+    "(no signal, no update)",
+)
 
 # %% include="mlbook_solutions.critic_free:published_grpo_update"
 
@@ -73,12 +79,16 @@ cf_summary = summarise(cf_results)
 display(Markdown(format_table(cf_summary, cf_beta)))
 cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
 cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
-print(f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
-      f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
-      f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}")  # fmt: skip
-print(f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
-      f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
-      f"(float32: 4 + 4 + 8 bytes per parameter)")  # fmt: skip
+print(
+    f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
+    f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+    f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}"
+)
+print(
+    f"the critic is {cf_summary['gae']['critic_bytes'] / 1e3:.0f} kB of weights plus "
+    f"{cf_summary['gae']['critic_train_bytes'] / 1e3:.0f} kB of gradients and Adam moments "
+    f"(float32: 4 + 4 + 8 bytes per parameter)"
+)
 cf_speed = cf_summary["gae"]["seconds"] / statistics.fmean(
     cf_summary[a]["seconds"] for a in ("rloo", "grpo")
 )

@@ -179,8 +179,10 @@ grads = {
 }
 print("gradient of KL(pi || ref):", [round(g, 4) + 0.0 for g in reverse_kl.tolist()])
 for name, g in grads.items():
-    print(f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
-          f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}")  # fmt: skip
+    print(
+        f"{name:>15}: {[round(x, 4) + 0.0 for x in g.tolist()]}   "
+        f"= grad KL(pi || ref): {torch.allclose(g, reverse_kl)}, = grad KL(ref || pi): {torch.allclose(g, forward_kl)}"
+    )
 assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64))
 assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
     grads["k1 as a reward"], reverse_kl
@@ -224,8 +226,12 @@ gap = a_slot[0, :3] - a_chapter[0, :3]
 print("advantages, score on EOS:  ", [round(x, 4) + 0.0 for x in a_chapter[0, :3].tolist()])
 print("advantages, score after EOS:", [round(x, 4) + 0.0 for x in a_slot[0, :3].tolist()])
 predicted = [(1 - lam) * (v[0, 3].item() - r_phi) * lam ** (2 - t) for t in range(3)]
-print("difference:", [round(x, 4) + 0.0 for x in gap.tolist()], " (1 - lam)(V_slot - r) lam^(T-t):",
-      [round(x, 4) + 0.0 for x in predicted])  # fmt: skip
+print(
+    "difference:",
+    [round(x, 4) + 0.0 for x in gap.tolist()],
+    " (1 - lam)(V_slot - r) lam^(T-t):",
+    [round(x, 4) + 0.0 for x in predicted],
+)
 assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
     "the gap does not follow (1 - lam)(V_slot - r) lam^(T-t): this cell uses your `gae` from §3, "
     "so check that its ✓ check cell passes first"
@@ -244,30 +250,78 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 
 # %% tags=["nbval-check-output"] demo=true
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
-    "beta (KL coefficient)": ("0.05, fixed (`kl_coef`)", "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
-                              "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)", "0.1, fixed"),
-    "value-loss weight c_v": ("0.1 (`vf_coef`)", "none: the critic has its own optimiser", "none: the critic is its own worker with its own optimiser",
-                              "none: the critic has its own engine"),
+    "beta (KL coefficient)": (
+        "0.05, fixed (`kl_coef`)",
+        "0.01 (`--algo.kl.init_coef`); adaptive only with `--algo.kl.target`",
+        "no KL at all: `use_kl_in_reward` and `use_kl_loss` are false (0.001 when switched on)",
+        "0.1, fixed",
+    ),
+    "value-loss weight c_v": (
+        "0.1 (`vf_coef`)",
+        "none: the critic has its own optimiser",
+        "none: the critic is its own worker with its own optimiser",
+        "none: the critic has its own engine",
+    ),
     "GAE lambda": ("0.95 (`lam`)", "1 (`--algo.advantage.lambd`)", "1.0 (`algorithm.lam`)", "0.95"),
     "gamma": ("1.0", "1", "1.0", "1.0"),
-    "policy clip eps": ("0.2 (`cliprange`)", "0.2 (`--actor.eps_clip`)", "0.2 (`clip_ratio`)", "0.2"),
-    "dual clip (A < 0)": ("none", "off (`--actor.dual_clip`)", "on, c = 3 (`clip_ratio_c`)", "none"),
-    "value clip": ("0.2 (`cliprange_value`)", "0.5 (`--critic.value_clip`)", "0.5 (`critic.cliprange_value`)", "0.2"),
+    "policy clip eps": (
+        "0.2 (`cliprange`)",
+        "0.2 (`--actor.eps_clip`)",
+        "0.2 (`clip_ratio`)",
+        "0.2",
+    ),
+    "dual clip (A < 0)": (
+        "none",
+        "off (`--actor.dual_clip`)",
+        "on, c = 3 (`clip_ratio_c`)",
+        "none",
+    ),
+    "value clip": (
+        "0.2 (`cliprange_value`)",
+        "0.5 (`--critic.value_clip`)",
+        "0.5 (`critic.cliprange_value`)",
+        "0.2",
+    ),
     "reward clip": ("none", "[-10, 10] (`--reward.clip_range`)", "none", "[-5, 5]"),
-    "KL estimator": ("k1 in the reward (`kl_estimator`; k3 optional)", "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
-                     "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off", "k1 in the reward"),
-    "loss aggregation": ("masked mean over the minibatch's tokens", "token mean over the global batch", "token mean (`loss_agg_mode`)",
-                         "masked token mean"),
-    "PPO epochs per batch": ("4 (`num_ppo_epochs`)", "1 (`--train.max_epochs`)", "1 (`ppo_epochs`)", "1 (`--ppo_epochs`)"),
-}  # fmt: skip
+    "KL estimator": (
+        "k1 in the reward (`kl_estimator`; k3 optional)",
+        "k1 in the reward (`--algo.kl.estimator`; k2, k3)",
+        "k1 in the reward (`kl_penalty`), k3 as a loss (`kl_loss_type: low_var_kl`), both off",
+        "k1 in the reward",
+    ),
+    "loss aggregation": (
+        "masked mean over the minibatch's tokens",
+        "token mean over the global batch",
+        "token mean (`loss_agg_mode`)",
+        "masked token mean",
+    ),
+    "PPO epochs per batch": (
+        "4 (`num_ppo_epochs`)",
+        "1 (`--train.max_epochs`)",
+        "1 (`ppo_epochs`)",
+        "1 (`--ppo_epochs`)",
+    ),
+}
 c = CHAPTER_RUN
-chapter = [f"{c.beta} at the start, adaptive (target {c.kl_target})", f"{c.vf_coef}", f"{c.lam}", f"{c.gamma}",
-           f"{c.clip_eps}", "none", f"{c.clip_eps} (the policy's)", "none", "k1 in the reward", "masked token mean",
-           f"{c.ppo_epochs}"]  # fmt: skip
-rows = ["| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
-        "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
-        "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
-        "|---|---|---|---|---|---|"]  # fmt: skip
+chapter = [
+    f"{c.beta} at the start, adaptive (target {c.kl_target})",
+    f"{c.vf_coef}",
+    f"{c.lam}",
+    f"{c.gamma}",
+    f"{c.clip_eps}",
+    "none",
+    f"{c.clip_eps} (the policy's)",
+    "none",
+    "k1 in the reward",
+    "masked token mean",
+    f"{c.ppo_epochs}",
+]
+rows = [
+    "| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
+    "| OpenRLHF 0.11.0 (`cli/train_ppo_ray.py`) | verl 0.7.0 (generated trainer config) "
+    "| DeepSpeed-Chat (`dschat/rlhf/ppo_trainer.py`) | this chapter (`CHAPTER_RUN`) |",
+    "|---|---|---|---|---|---|",
+]
 for (name, (trl, openrlhf, verl, dschat)), ours in zip(
     library_defaults.items(), chapter, strict=True
 ):

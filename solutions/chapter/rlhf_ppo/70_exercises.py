@@ -258,8 +258,10 @@ for ex4_key, (ex4_m, ex4_s, ex4_lo, ex4_hi) in ex4_summary.items():
         )
 display(Markdown("\n".join(ex4_rows)))
 ex4_start = [r["sft"][0] for runs in ex4_results["ptx"].values() for r in runs]
-print(f"SFT loss at the start of PPO: {min(ex4_start):.4f} to {max(ex4_start):.4f} nats/token; lowest "
-      f"any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token")  # fmt: skip
+print(
+    f"SFT loss at the start of PPO: {min(ex4_start):.4f} to {max(ex4_start):.4f} nats/token; lowest "
+    f"any model can reach on these demonstrations: {demonstration_floor():.4f} nats/token"
+)
 ex4_outside = []
 for ex4_key, ex4_runs in ex4_results["ptx"].items():
     ex4_out = sum(abs(v / r["sft"][0] - 1) > 0.10 for r in ex4_runs for v in r["sft"])
@@ -365,10 +367,15 @@ ex5_results = (
     load_results()
 )  # cached sweep; `python -m mlbook_solutions.exercises --refresh` reruns it
 ex5_summary = summarise(ex5_results)
-print(f"(a, c) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; KL target "
-      f"{CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}; mean ± std [min, max] over seeds:")  # fmt: skip
-ex5_rows = ["| arm | clip fraction, steps 2..N | reward, last 5 steps | steps with KL under target "
-            "| lowest beta | final beta | KL to the reference, last 5 steps |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+print(
+    f"(a, c) {len(STALE['seeds'])} seeds, {STALE['steps']} steps on {STALE['batch']} prompts; KL target "
+    f"{CHAPTER_RUN.kl_target}, beta starts at {CHAPTER_RUN.beta}; mean ± std [min, max] over seeds:"
+)
+ex5_rows = [
+    "| arm | clip fraction, steps 2..N | reward, last 5 steps | steps with KL under target "
+    "| lowest beta | final beta | KL to the reference, last 5 steps |",
+    "|---|---|---|---|---|---|---|",
+]
 for ex5_name in STALE_ARMS:
     ex5_mean, ex5_std, ex5_lo, ex5_hi = ex5_summary[f"{ex5_name}_clip_mean"]
     ex5_rew = ex5_summary[f"{ex5_name}_reward_last5"]
@@ -382,7 +389,7 @@ for ex5_name in STALE_ARMS:
         f"| `{ex5_name}` | {ex5_mean:.3f} ± {ex5_std:.3f} [{ex5_lo:.3f}, {ex5_hi:.3f}] | {ex5_rew[0]:.2f} ± {ex5_rew[1]:.2f} "
         f"| {min(ex5_under)}-{max(ex5_under)} | {min(ex5_low):.3f}-{max(ex5_low):.3f} "
         f"| {ex5_beta[0]:.3f} ± {ex5_beta[1]:.3f} | {ex5_kl[0]:.2f} ± {ex5_kl[1]:.2f} |"
-    )  # fmt: skip
+    )
 display(Markdown("\n".join(ex5_rows)))
 show(
     plot_stale(ex5_results),

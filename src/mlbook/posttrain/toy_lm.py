@@ -26,9 +26,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB: tuple[str, ...] = (
-    "<|pad|>", "<|bos|>", "<|end|>", "good", "bad", "the", "a", "cat", "dog",
-    "sat", "ran", "on", "mat", "very", "is", "not",
-)  # fmt: skip
+    "<|pad|>",
+    "<|bos|>",
+    "<|end|>",
+    "good",
+    "bad",
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    "on",
+    "mat",
+    "very",
+    "is",
+    "not",
+)
 PAD_ID, BOS_ID, END_ID = 0, 1, 2
 GOOD_ID = VOCAB.index("good")
 

@@ -174,7 +174,9 @@ def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
         # A file:// page of almost 1 MB can still be parsing when get() returns: wait for the whole document.
         from selenium.webdriver.support.ui import WebDriverWait
 
-        WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        WebDriverWait(driver, 60).until(
+            lambda d: d.execute_script("return document.readyState") == "complete"
+        )
         drawn = driver.execute_script(
             "const m = [...document.querySelectorAll('math')];"
             "return [m.length, m.filter(e => e.getBoundingClientRect().width > 0).length,"

@@ -4,6 +4,7 @@ On a terminal (a pseudo-terminal here) a line per section the kernel reaches; pi
 one line per notebook. Either way it writes what `jupyter nbconvert --to notebook --execute` wrote:
 the executed notebook in --output-dir, run in the notebook's own folder, with the caller's
 environment (TQDM_DISABLE reaches the kernel), and a failing cell stops it with exit 1.
+Last, what `mlbook build` records from its own execution does not depend on the kernel's flushes.
 """
 
 import os
@@ -130,3 +131,34 @@ def test_make_html_executes_through_it():
         target,
     ), target
     assert "nbconvert --to notebook" not in target
+
+
+def test_recorded_outputs_do_not_depend_on_how_the_kernel_flushed():
+    """Found by following the README: a second `mlbook build` rewrote the solved notebook because one
+    cell's printing arrived as two stream messages instead of one (a flush timing, not a change)."""
+    from mlbook_tools.build import CHECK_OUTPUT, _keep_checked_outputs
+    from nbformat.v4 import new_output
+
+    def recorded(outputs):
+        cell = new_code_cell("print('a'); print('b')", metadata={"tags": [CHECK_OUTPUT]})
+        cell.outputs = outputs
+        nb = new_notebook(cells=[cell])
+        _keep_checked_outputs(nb)
+        return [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs]
+
+    def out(name, text):
+        return new_output("stream", name=name, text=text)
+
+    whole = recorded([out("stdout", "a\nb\n"), out("stderr", "w\n"), out("stdout", "c\n")])
+    split = recorded(
+        [out("stdout", "a\n"), out("stdout", "b\n"), out("stderr", "w\n"), out("stdout", "c\n")]
+    )
+    assert (
+        split
+        == whole
+        == [
+            ("stream", "stdout", "a\nb\n"),
+            ("stream", "stderr", "w\n"),
+            ("stream", "stdout", "c\n"),
+        ]
+    )

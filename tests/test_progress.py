@@ -162,3 +162,19 @@ def test_recorded_outputs_do_not_depend_on_how_the_kernel_flushed():
             ("stream", "stdout", "c\n"),
         ]
     )
+
+
+def test_blank_written_answers_are_not_awaiting_a_person():
+    """Found by following the README: grade-class printed "awaiting manual grading: 5" for a student
+    whose written answers were left blank, while the gradebook and both exports said "graded"."""
+    from mlbook_tools import driver
+
+    manual = [("ex1_larger_beta", 1.0), ("ex2_telescoping", 1.0)]
+    verdicts = [driver.Verdict("test_gae", 2.0, 2.0, "", False)]
+    summary = driver.summarise(verdicts, manual, blank={"ex1_larger_beta"})
+    assert summary["extra_credit"] == {
+        "score": 0,
+        "max_score": 2.0,
+        "awaiting_manual": ["ex2_telescoping"],
+    }
+    assert summary["awaiting_manual"] == [] and summary["max_score"] == 2.0

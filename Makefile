@@ -29,15 +29,16 @@ train: env
 notebooks: env
 	$(BIN)/mlbook build
 
-# Execute the solved notebooks (every cell, hidden tests included; TQDM_DISABLE: no progress-bar
-# widget, which a static page would show empty), then render them, figures embedded, to build/*.html
+# Execute the solved notebooks (nbconvert's executor, every cell, hidden tests included, a line per
+# section on a terminal; TQDM_DISABLE: no progress-bar widget, which a static page would show
+# empty), then render them, figures embedded, to build/*.html
 # without the cells tagged hidden-tests (the reading form shows the chapter, not the grader's code)
 # or student-instructions (how to fill in and check the stubs). nbconvert removes tagged cells before
 # it executes, hence two steps. The mlbook template is JupyterLab's plus each figure's alternative
 # text. The math is typeset by the MathJax the project ships (build/mathjax/), so the pages work offline.
 MATHJAX_URL := mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe
 html: notebooks
-	TQDM_DISABLE=1 $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600 \
+	TQDM_DISABLE=1 $(BIN)/python -m mlbook_tools.execute --timeout 600 \
 		--output-dir $(OUT)/executed solutions/notebooks/*.ipynb
 	$(BIN)/python -m mlbook_tools.mathjax $(OUT)/mathjax
 	$(BIN)/jupyter nbconvert --to html \

@@ -119,7 +119,9 @@ def test_exports_keep_nbgrader_columns_and_say_unreadable_and_misnamed(course):
 
 
 def test_autograde_button_and_grade_class_agree_on_blank_written_answers(course):
-    root, _, _, _ = course
+    root, _, first, _ = course
+    carol = next(line for line in first.stdout.splitlines() if line.startswith("carol "))
+    assert "awaiting manual grading" not in carol, carol  # as the gradebook: blank is 0, graded
     target = root / "submitted" / "dan" / NB / f"{NB}.ipynb"
     target.parent.mkdir(parents=True)
     shutil.copy(root / "submitted" / "carol" / NB / f"{NB}.ipynb", target)
@@ -174,7 +176,9 @@ def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
         # A file:// page of almost 1 MB can still be parsing when get() returns: wait for the whole document.
         from selenium.webdriver.support.ui import WebDriverWait
 
-        WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        WebDriverWait(driver, 60).until(
+            lambda d: d.execute_script("return document.readyState") == "complete"
+        )
         drawn = driver.execute_script(
             "const m = [...document.querySelectorAll('math')];"
             "return [m.length, m.filter(e => e.getBoundingClientRect().width > 0).length,"

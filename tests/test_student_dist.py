@@ -108,6 +108,11 @@ def test_dist_installs_without_dev_tools_or_cuda(dist, tmp_path):
     cuda = sorted(n for n in installed if n.startswith(("nvidia-", "triton", "cuda-")))
     assert not cuda, cuda
     assert installed["torch"].startswith("2.13.0"), installed["torch"]
+    pins = dict(line.split("==") for line in (dist / "requirements.txt").read_text().splitlines()
+                if "==" in line)  # fmt: skip
+    unpinned = {n: v for n, v in installed.items() if pins.get(n) != v.split("+")[0]}
+    # pip's own and torch's build-time setuptools aside, nothing comes in unpinned (an extra's needs too)
+    assert set(unpinned) <= {"mlbook", "pip", "setuptools"}, unpinned
 
 
 def test_dist_holds_only_the_library_and_the_release(dist):

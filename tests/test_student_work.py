@@ -160,12 +160,12 @@ def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one():
 
 def test_make_chapter_writes_notebooks_only_through_mlbook_build():
     """`make chapter` is slow; its dry run shows that the generated notebooks are written only by
-    `mlbook build` (the guarded writer) and that nbconvert writes only under build/."""
+    `mlbook build` (the guarded writer) and that the execution and nbconvert write only under build/."""
     dry = _run(["make", "-n", "chapter"]).stdout.replace("\\\n", " ")
     lines = [ln for ln in dry.splitlines() if ln.strip()]
     assert any(ln.strip().endswith("/mlbook build") for ln in lines), dry
     for ln in lines:
-        if "nbconvert" in ln:
+        if "nbconvert" in ln or "mlbook_tools.execute" in ln:
             assert re.search(r"--output-dir build[/ ]", ln), ln
         assert "chapters/" not in ln and ">" not in ln.replace("->", ""), ln
 

@@ -393,9 +393,27 @@ def _keep_checked_outputs(nb: nbformat.NotebookNode) -> None:
             continue
         n += 1
         cell.execution_count = n
+        cell.outputs = coalesce_streams(cell.outputs)
         for out in cell.outputs:
             if out.output_type == "execute_result":
                 out.execution_count = n
+
+
+def coalesce_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one stream as one: the kernel splits a cell's printing into
+    messages as its output buffer happens to flush, so the split varies from run to run."""
+    merged: list = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and out.output_type == last.output_type == "stream"
+            and out.name == last.name
+        ):
+            last.text += out.text
+        else:
+            merged.append(out)
+    return merged
 
 
 def sanitize_outputs(nb: nbformat.NotebookNode, rules_file: pathlib.Path) -> None:

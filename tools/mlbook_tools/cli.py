@@ -304,6 +304,8 @@ def print_report(result: dict) -> None:
             print("       " + printable(g["message"]).replace("\n", "\n       "))
     for name in result.get("manual", []):
         print(f"...  {name:50s} awaiting manual grading")
+    for name in result.get("blank", []):
+        print(f"-    {name:50s} left blank: 0, nothing to grade by hand")
     print(
         f"core total: {result['score']:g} / {result['max_score']:g}    "
         + _part("extra credit", result["extra_credit"])

@@ -79,16 +79,19 @@ def student_lock(lock: pathlib.Path | None = None, roots=STUDENT_ROOTS) -> str:
     for line in lock.read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             pins[_name(line)] = line.split("==", 1)[1].strip()
-    seen, todo = set(), [_name(r) for r in roots]
+    # (package, an extra of it that something asks for, e.g. jupyter-events -> jsonschema[format-nongpl])
+    todo = [(_name(r), "") for r in roots]
+    seen, done = set(), set()
     while todo:
-        name = todo.pop()
-        if name in seen or name in ("setuptools", "pip", "wheel"):  # lock.txt (pip freeze) has none
+        name, extra = todo.pop()
+        if (name, extra) in done or name in ("setuptools", "pip", "wheel"):  # lock.txt has none
             continue
+        done.add((name, extra))
         seen.add(name)
         for req in md.requires(name) or []:
             r = Requirement(req)
-            if r.marker is None or r.marker.evaluate({"extra": ""}):
-                todo.append(_name(r.name))
+            if r.marker is None or r.marker.evaluate({"extra": extra}):
+                todo += [(_name(r.name), x) for x in ("", *sorted(r.extras))]
     missing = sorted(n for n in seen if n not in pins)
     if missing:
         raise RuntimeError(f"{lock} does not pin {', '.join(missing)}: run `make lock`")

@@ -736,17 +736,18 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
         session.deadline, session.wall_deadline = kept
 
 
-def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:
+def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = (), blank=()) -> dict:
     """Core (the named tests) and extra credit (``ex*``) apart; written answers count in the maximum
-    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show)."""
+    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show),
+    except those in ``blank`` (left as released: 0, nothing for a person to grade, as in the gradebook)."""
     core = [v for v in verdicts if not v.extra]
     extra = [v for v in verdicts if v.extra]
-    waiting = {gid: points for gid, points in manual}
+    written = {gid: points for gid, points in manual}
 
     def part(vs, extra_part):
-        mine = {g: p for g, p in waiting.items() if g.startswith(EXTRA_PREFIX) == extra_part}
+        mine = {g: p for g, p in written.items() if g.startswith(EXTRA_PREFIX) == extra_part}
         return {"score": sum(v.score for v in vs), "max_score": sum(v.points for v in vs) + sum(mine.values()),
-                "awaiting_manual": sorted(mine)}  # fmt: skip
+                "awaiting_manual": sorted(g for g in mine if g not in blank)}  # fmt: skip
 
     return {
         **part(core, False),

@@ -490,8 +490,10 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     run = driver.grade_plan(
         plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, **kwargs
     )
-    result = driver.summarise(run["verdicts"], plan.manual)
-    result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
+    written = [gid for gid, _ in plan.manual]
+    blank = blank_written_answers(text) & set(written)  # 0, nothing to grade by hand (as recorded)
+    result = driver.summarise(run["verdicts"], plan.manual, blank)
+    result.update(problems=run["problems"], manual=[g for g in written if g not in blank], blank=sorted(blank), output=run["output"],
                   seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
     return result, plan
 

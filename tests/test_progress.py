@@ -1,0 +1,180 @@
+"""The notebook execution of `make chapter` (`python -m mlbook_tools.execute`) shows where it is.
+
+On a terminal (a pseudo-terminal here) a line per section the kernel reaches; piped (CI, a log),
+one line per notebook. Either way it writes what `jupyter nbconvert --to notebook --execute` wrote:
+the executed notebook in --output-dir, run in the notebook's own folder, with the caller's
+environment (TQDM_DISABLE reaches the kernel), and a failing cell stops it with exit 1.
+Last, what `mlbook build` records from its own execution does not depend on the kernel's flushes.
+"""
+
+import os
+import pathlib
+import pty
+import re
+import select
+import subprocess
+import sys
+
+import nbformat
+from mlbook_tools.config import layout
+from mlbook_tools.execute import heading
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+EXECUTE = [sys.executable, "-m", "mlbook_tools.execute", "--timeout", "60", "--output-dir", "out"]
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+# progress.enabled() would also be switched on by these: the tests decide by the terminal alone
+ENV = {k: v for k, v in os.environ.items() if k not in ("MLBOOK_PROGRESS", "JPY_PARENT_PID")}
+
+
+def _tiny(folder: pathlib.Path, last: str = "x + 1") -> pathlib.Path:
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# Tiny\nNo code here."),
+            new_code_cell("import os\nx = 1"),
+            new_markdown_cell("## 1. First part\nText."),
+            new_code_cell("print(os.environ.get('TQDM_DISABLE'), os.getcwd())"),
+            new_code_cell(""),  # empty: not counted, not executed
+            new_markdown_cell("### 1.1 A subsection"),
+            new_code_cell(last),
+        ],
+        metadata={"kernelspec": KERNELSPEC},
+    )
+    path = folder / "nbs" / "tiny.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    return path
+
+
+def _on_a_terminal(cmd, cwd) -> tuple[int, str]:
+    """Run ``cmd`` with stdout and stderr on a fresh pseudo-terminal; its exit code and all it wrote."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=child, stderr=child,
+                            env={**ENV, "TQDM_DISABLE": "1"})  # fmt: skip
+    os.close(child)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([main], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(main, 4096)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(timeout=30), b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+
+
+def _executed(tmp_path: pathlib.Path, nb: pathlib.Path) -> list:
+    out = nbformat.read(tmp_path / "out" / "tiny.ipynb", as_version=4)
+    return [c for c in out.cells if c.cell_type == "code" and c.source]
+
+
+def test_a_terminal_shows_a_line_per_section(tmp_path):
+    nb = _tiny(tmp_path)
+    rc, text = _on_a_terminal([*EXECUTE, "nbs/tiny.ipynb"], tmp_path)
+    assert rc == 0, text
+    lines = [ln for ln in text.splitlines() if "tiny: " in ln]
+    assert [re.sub(r"^\[\s*\d+s\] ", "", ln) for ln in lines] == [
+        "tiny: executing 3 code cells (nbs/tiny.ipynb)",
+        "tiny: cell 1/3  Tiny",
+        "tiny: cell 2/3  1. First part",
+        "tiny: cell 3/3  1.1 A subsection",
+    ], text
+    assert re.search(r"executed nbs/tiny.ipynb -> out/tiny.ipynb \(\d+ s\)", text), text
+    code = _executed(tmp_path, nb)
+    # TQDM_DISABLE reached the kernel, which ran in the notebook's folder
+    assert code[1].outputs[0]["text"] == f"1 {nb.parent}\n"
+    assert code[2].outputs[0]["data"]["text/plain"] == "2"
+
+
+def test_piped_output_has_one_line_per_notebook(tmp_path):
+    nb = _tiny(tmp_path)
+    run = subprocess.run([*EXECUTE, "nbs/tiny.ipynb"], cwd=tmp_path, env=ENV, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == ""
+    ours = [ln for ln in run.stderr.splitlines() if "tiny" in ln]
+    assert len(ours) == 1, run.stderr
+    assert ours[0].startswith("executed nbs/tiny.ipynb -> out/tiny.ipynb"), run.stderr
+    assert _executed(tmp_path, nb)[1].outputs[0]["text"].startswith("None ")  # none was given
+
+
+def test_a_failing_cell_stops_with_exit_1(tmp_path):
+    _tiny(tmp_path, last="raise ValueError('broken on purpose')")
+    run = subprocess.run([*EXECUTE, "nbs/tiny.ipynb"], cwd=tmp_path, env=ENV, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert "error: nbs/tiny.ipynb failed while executing" in run.stderr
+    assert "broken on purpose" in run.stderr
+    assert not (tmp_path / "out" / "tiny.ipynb").exists()
+
+
+def test_headings():
+    assert heading(new_markdown_cell("Intro\n## 3.2 GAE\nmore")) == "3.2 GAE"
+    assert heading(new_markdown_cell("#### too deep")) is None
+    assert heading(new_markdown_cell("#hashtag, not a heading")) is None
+    assert heading(new_code_cell("# a comment")) is None
+
+
+def test_make_html_executes_through_it():
+    """The Makefile's html target runs this module with what nbconvert had: TQDM_DISABLE, the
+    600 s cell timeout, build/executed, every solved notebook."""
+    text = (layout().root / "Makefile").read_text()
+    target = text[text.index("\nhtml:") : text.index("\nchapter:")].replace("\\\n", " ")
+    assert re.search(
+        r"TQDM_DISABLE=1 \$\(BIN\)/python -m mlbook_tools\.execute --timeout 600\s+"
+        r"--output-dir \$\(OUT\)/executed solutions/notebooks/\*\.ipynb",
+        target,
+    ), target
+    assert "nbconvert --to notebook" not in target
+
+
+def test_recorded_outputs_do_not_depend_on_how_the_kernel_flushed():
+    """Found by following the README: a second `mlbook build` rewrote the solved notebook because one
+    cell's printing arrived as two stream messages instead of one (a flush timing, not a change)."""
+    from mlbook_tools.build import CHECK_OUTPUT, _keep_checked_outputs
+    from nbformat.v4 import new_output
+
+    def recorded(outputs):
+        cell = new_code_cell("print('a'); print('b')", metadata={"tags": [CHECK_OUTPUT]})
+        cell.outputs = outputs
+        nb = new_notebook(cells=[cell])
+        _keep_checked_outputs(nb)
+        return [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs]
+
+    def out(name, text):
+        return new_output("stream", name=name, text=text)
+
+    whole = recorded([out("stdout", "a\nb\n"), out("stderr", "w\n"), out("stdout", "c\n")])
+    split = recorded(
+        [out("stdout", "a\n"), out("stdout", "b\n"), out("stderr", "w\n"), out("stdout", "c\n")]
+    )
+    assert (
+        split
+        == whole
+        == [
+            ("stream", "stdout", "a\nb\n"),
+            ("stream", "stderr", "w\n"),
+            ("stream", "stdout", "c\n"),
+        ]
+    )
+
+
+def test_blank_written_answers_are_not_awaiting_a_person():
+    """Found by following the README: grade-class printed "awaiting manual grading: 5" for a student
+    whose written answers were left blank, while the gradebook and both exports said "graded"."""
+    from mlbook_tools import driver
+
+    manual = [("ex1_larger_beta", 1.0), ("ex2_telescoping", 1.0)]
+    verdicts = [driver.Verdict("test_gae", 2.0, 2.0, "", False)]
+    summary = driver.summarise(verdicts, manual, blank={"ex1_larger_beta"})
+    assert summary["extra_credit"] == {
+        "score": 0,
+        "max_score": 2.0,
+        "awaiting_manual": ["ex2_telescoping"],
+    }
+    assert summary["awaiting_manual"] == [] and summary["max_score"] == 2.0

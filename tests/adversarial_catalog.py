@@ -22,9 +22,21 @@ SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_pp
 VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
 ALL = [SHAPED, GAE, CLIP, VALUE, KL, TRAIN]
 
-KINDS = ["in-process tampering", "reference import", "file system", "background process", "resource abuse",
-         "cell-structure damage", "unfair-to-correct",
-         "escape", "write-back forge", "memory", "processes", "slow", "malformed frame"]  # fmt: skip
+KINDS = [
+    "in-process tampering",
+    "reference import",
+    "file system",
+    "background process",
+    "resource abuse",
+    "cell-structure damage",
+    "unfair-to-correct",
+    "escape",
+    "write-back forge",
+    "memory",
+    "processes",
+    "slow",
+    "malformed frame",
+]
 FDPROBE = "FDPROBE:"  # the escape probe prints what it sees after this marker
 
 # zero-returning fakes for every graded function, used by the tampering entries

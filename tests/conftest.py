@@ -32,6 +32,7 @@ KINDS = {  # file -> kinds of every test in it
     "test_student_dist.py": ("slow",),
     "test_student_work.py": ("slow",),
     "test_ddp.py": ("slow",),
+    "test_progress.py": ("slow",),  # starts kernels
     # compare a trained or sampled number with a stored one: rerun on torch's portable kernels
     "test_posttrain_ppo.py": ("portable",),
     "test_grading_catalog.py": ("portable",),
@@ -66,8 +67,10 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     """With MLBOOK_KINDS_TO=<file>: write every collected test's kinds there (tests/test_tiers.py reads it)."""
     if out := os.environ.get("MLBOOK_KINDS_TO"):
-        kinds = {item.nodeid: sorted({m.name for m in item.iter_markers()} & (KIND_NAMES | {"full"}))
-                 for item in session.items}  # fmt: skip
+        kinds = {
+            item.nodeid: sorted({m.name for m in item.iter_markers()} & (KIND_NAMES | {"full"}))
+            for item in session.items
+        }
         pathlib.Path(out).write_text(json.dumps(kinds))
 
 
@@ -85,8 +88,16 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
-def graded_class(tmp_path_factory):
-    """The shared class, graded once (tests/graded_class.py says who is in it and how it is run)."""
+def graded_class(request, tmp_path_factory):
+    """The shared class, graded once (tests/graded_class.py says who is in it and how it is run): the
+    students of the tiers the session's selected tests need (``full``-marked ones: make test-full's)."""
     import graded_class as gc
 
-    return gc.grade(tmp_path_factory.mktemp("class") / "course")
+    tiers = {
+        bool(item.get_closest_marker("full"))
+        for item in request.session.items
+        if "graded_class" in getattr(item, "fixturenames", ())
+    }
+    return gc.grade(
+        tmp_path_factory.mktemp("class") / "course", fast=False in tiers, full=True in tiers
+    )

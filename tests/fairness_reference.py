@@ -59,8 +59,11 @@ def base_notebook():
 
 def _code_cells(nb) -> list:
     """What runs and how it is scored: each code cell's source, nbgrader metadata and extra-credit points."""
-    return [(c.source, c.metadata.get("nbgrader", {}), c.metadata.get("mlbook", {}))
-            for c in nb.cells if c.cell_type == "code"]  # fmt: skip
+    return [
+        (c.source, c.metadata.get("nbgrader", {}), c.metadata.get("mlbook", {}))
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
 
 
 def _package_code(name: str) -> str:
@@ -103,8 +106,11 @@ def fingerprints(base=None) -> dict[str, str]:
 def _kernel_grades(course: pathlib.Path, sid: str) -> dict[str, float]:
     """Every graded cell's score under plain nbgrader: core from the gradebook; extra credit (0-point
     cells in nbgrader) from the executed notebook's test cells, at the points the registry gives them."""
-    grades = {g: v["score"] for g, v in read_scores(course / "gradebook.db", NB, sid)["grades"].items()
-              if g in CHECKS and not CHECKS[g].extra}  # fmt: skip
+    grades = {
+        g: v["score"]
+        for g, v in read_scores(course / "gradebook.db", NB, sid)["grades"].items()
+        if g in CHECKS and not CHECKS[g].extra
+    }
     nb = nbformat.read(course / "autograded" / sid / NB / f"{NB}.ipynb", as_version=4)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -150,8 +156,10 @@ def references(log=print) -> dict[str, dict[str, float]]:
     todo = stale(stored, prints)
     out = {n: stored["styles"][n]["grades"] for n in prints if n not in todo}
     if todo:
-        log(f"\nfairness reference stale or missing for {len(todo)} style(s): {', '.join(todo)}\n"
-            f"recomputing them under plain nbgrader now (slow); `{REFRESH}` stores them")  # fmt: skip
+        log(
+            f"\nfairness reference stale or missing for {len(todo)} style(s): {', '.join(todo)}\n"
+            f"recomputing them under plain nbgrader now (slow); `{REFRESH}` stores them"
+        )
         t0 = time.monotonic()
         out.update(compute(todo, base))
         log(f"recomputed in {time.monotonic() - t0:.0f} s")
@@ -168,8 +176,11 @@ def refresh(everything: bool = False) -> None:
     styles = {**kept, **{n: {"fingerprint": prints[n], "grades": g} for n, g in fresh.items()}}
     import nbgrader
 
-    data = {"nbgrader": nbgrader.__version__, "torch": torch.__version__,
-            "styles": {n: styles[n] for n in prints}}  # fmt: skip
+    data = {
+        "nbgrader": nbgrader.__version__,
+        "torch": torch.__version__,
+        "styles": {n: styles[n] for n in prints},
+    }
     PATH.parent.mkdir(parents=True, exist_ok=True)
     PATH.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     print(

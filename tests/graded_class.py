@@ -8,7 +8,10 @@ outside the checkout, the real ``nbgrader generate_assignment`` release, and ONE
   frank (three classic mistakes); a process that dies, a file that is not a notebook and correct
   answers written differently are catalog entries and styles below;
 * every entry of ``adversarial_catalog.ENTRIES`` (test_adversarial), under its own name;
-* every style of ``fairness_styles.STYLES`` (test_fairness), as ``fairness_reference.student(name)``.
+* every style of ``fairness_styles.STYLES`` (test_fairness), as ``fairness_reference.student(name)``;
+
+the entries and styles of the tiers the session's tests need (``FULL_ENTRIES``, ``FULL_STYLES``: only
+``make test-full`` grades those).
 
 Right after the run the fixture records what the adversarial tests compare with (digests of the
 files no submission may touch, the files the run created, its duration). Tests that change the
@@ -54,6 +57,50 @@ WORKERS = 2
 
 MISTAKES = ["gae_lambda_ignored", "value_clip_around_returns", "controller_without_clip"]
 WORKFLOW = ["alice", "bob", "frank"]
+
+# The two tiers of the class. `make test` grades the workflow, most of the adversarial catalog (every
+# kind of attack) and ten correct styles; `make test-full` (CI, right after) grades the rest: the
+# costliest entries of kinds that keep a cheaper one in `make test` (a whole budget each, or a runner
+# that dies and is retried) and the other styles. Their own tests carry the marker `full`; the session
+# fixture (tests/conftest.py) grades the students of the tiers the selected tests need, so a run of
+# both tiers (`pytest tests/test_adversarial.py`) is one class of everyone, as before.
+FULL_ENTRIES = {
+    # slow: each spends the whole budget (slow_every_call stays in make test)
+    "slow_busy_threads",
+    "slow_cells_just_under_a_second",
+    "slow_property_read_in_a_loop",
+    # resource abuse: a whole budget, ~20 s (top_level_endless_loop, fork_bomb, disk_filler ... stay)
+    "cpu_loop_ignoring_sigint",
+    "memory_hog_in_gae",
+    # malformed frame: the runner dies, the submission is retried (deep nesting, wrong types stay)
+    "runner_replies_patched",
+    "runner_dies_on_defined",
+    "malformed_frame_in_correct_work",
+    "malformed_oversize_length",
+    "malformed_infinity",
+    # memory: ~20 s of filling a memfd (the tmpfs, /dev/shm and top-level hogs stay)
+    "memory_memfd_hog_in_gae",
+}
+FAST_STYLES = {  # the correct styles graded in make test; the others only in make test-full
+    "reference",
+    "magics and shell escapes",
+    "%%time on an answer cell",
+    "helper module in an added cell",
+    "%%writefile helper package",
+    "collections.namedtuple result",
+    "unfinished controller",
+    "controller cell left unfinished (syntax error)",
+    "in-place ops on locals",
+    "@torch.compile helper",
+}
+FULL_STYLES = set(STYLES) - FAST_STYLES
+
+
+def tier_param(name: str, full: set):
+    """A pytest parameter for a student of the class, marked ``full`` when only make test-full grades it."""
+    import pytest
+
+    return pytest.param(name, marks=pytest.mark.full) if name in full else name
 
 
 def _fill(text: str, course: pathlib.Path) -> str:
@@ -187,25 +234,34 @@ class GradedClass:
         return dest
 
 
-def submissions(course: pathlib.Path) -> dict[str, str]:
-    """Every student of the shared class and the text they hand in."""
+def submissions(course: pathlib.Path, fast: bool = True, full: bool = True) -> dict[str, str]:
+    """The students of the shared class and the text they hand in: the workflow, and the adversarial
+    entries and styles of the tiers asked for (``fast``: make test's, ``full``: make test-full's)."""
     subs = {
         "alice": SOLVED.read_text(),
         "bob": (course / "release" / NB / f"{NB}.ipynb").read_text(),
         "frank": solved_with({cat.WRONG[name][1]: cat.WRONG[name][2] for name in MISTAKES}),
     }
     assert not set(subs) & set(adv.ENTRIES)
-    subs.update({name: build_submission(entry, course) for name, entry in adv.ENTRIES.items()})
+    assert FULL_ENTRIES <= set(adv.ENTRIES) and FAST_STYLES <= set(STYLES)
+
+    def wanted(name, full_tier):
+        return full if name in full_tier else fast
+
+    subs.update({name: build_submission(entry, course) for name, entry in adv.ENTRIES.items()
+                 if wanted(name, FULL_ENTRIES)})  # fmt: skip
     base = nbformat.read(SOLVED, as_version=4)
     for name, style in STYLES.items():
-        subs[style_student(name)] = nbformat.writes(style_notebook(base, style))
-    assert len(subs) == len(WORKFLOW) + len(adv.ENTRIES) + len(STYLES), "two students share a name"
+        if wanted(name, FULL_STYLES):
+            subs[style_student(name)] = nbformat.writes(style_notebook(base, style))
+    names = [*WORKFLOW, *adv.ENTRIES, *map(style_student, STYLES)]
+    assert len(set(names)) == len(names), "two students share a name"
     return subs
 
 
-def grade(root: pathlib.Path) -> GradedClass:
+def grade(root: pathlib.Path, fast: bool = True, full: bool = True) -> GradedClass:
     course = new_course(root)
-    subs = submissions(course)
+    subs = submissions(course, fast, full)
     for student, text in subs.items():
         submit(course, student, text)
     protected = [course / "nbgrader_config.py", course / driver.SECRET_FILE, course / "source" / NB / f"{NB}.ipynb",

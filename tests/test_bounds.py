@@ -233,6 +233,7 @@ def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_
 
 
 @needs_sandbox
+@pytest.mark.full  # a class run and the Autograde button at their backstops: make test-full (CI)
 def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, huge):
     course = _course(tmp_path / "course", {"sleeper": _sleeper(), "big": huge}, budget=BUDGET)
     results = grade_class(

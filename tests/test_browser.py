@@ -38,11 +38,20 @@ from ppo_checks import CHECKS
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ROOT = layout().root
 BIN = pathlib.Path(sys.executable).parent
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,1000",
-         # no host but the test's own servers resolves: every page here is served offline
-         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+    # no host but the test's own servers resolves: every page here is served offline
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
 
 if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
     if os.environ.get("MLBOOK_CI"):
@@ -89,9 +98,18 @@ class Server:
     def __init__(self, app: str, folder: pathlib.Path, log: pathlib.Path):
         self.port, self.token = _free_port(), os.urandom(12).hex()
         env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        cmd = [str(BIN / "jupyter"), app, "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={folder}",
-               "--ServerApp.open_browser=False", "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]  # fmt: skip
+        cmd = [
+            str(BIN / "jupyter"),
+            app,
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={folder}",
+            "--ServerApp.open_browser=False",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
         if app != "lab":
             cmd = cmd[:-2]
         if os.geteuid() == 0:  # CI runs as root
@@ -216,8 +234,11 @@ def _answered_copy(work: pathlib.Path) -> pathlib.Path:
     run = subprocess.run([str(BIN / "mlbook"), "start", str(work)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     path = work / "rlhf_ppo.ipynb"
-    solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in
-              nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4).cells if "nbgrader" in c.metadata}  # fmt: skip
+    solved = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4).cells
+        if "nbgrader" in c.metadata
+    }
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -327,6 +348,7 @@ def test_student_runs_all_in_jupyterlab(browser, tmp_path):
 # --------------------------------------------------------------------------- the instructor
 
 
+@pytest.mark.full  # minutes; test_xss.py opens formgrader in make test
 def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     mlbook = str(BIN / "mlbook")
     course = tmp_path / "course"
@@ -376,8 +398,12 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
             with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
                 grade = gb.find_grade(gid, "rlhf_ppo", "rlhf_ppo", "alice")
                 note = gb.find_comment(gid, "rlhf_ppo", "rlhf_ppo", "alice")
-                return (grade.manual_score == 0 and grade.extra_credit == 0.5
-                        and not grade.needs_manual_grade and note.manual_comment == comment)  # fmt: skip
+                return (
+                    grade.manual_score == 0
+                    and grade.extra_credit == 0.5
+                    and not grade.needs_manual_grade
+                    and note.manual_comment == comment
+                )
 
         WebDriverWait(browser, 90, poll_frequency=0.5).until(saved)
         browser.refresh()
@@ -396,8 +422,11 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         )
         assert typeset > 100, f"formgrader typeset only {typeset} formulas offline"
 
-    for args in (["generate_feedback", "rlhf_ppo", "--force"], ["export", "--to", "grades.csv"],
-                 ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"]):  # fmt: skip
+    for args in (
+        ["generate_feedback", "rlhf_ppo", "--force"],
+        ["export", "--to", "grades.csv"],
+        ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"],
+    ):
         done = subprocess.run(
             [str(BIN / "nbgrader"), *args], cwd=course, env=env, capture_output=True, text=True
         )

@@ -176,8 +176,11 @@ def test_published_objectives_by_hand():
 
 
 def test_prose_setting_matches_the_sweep():
-    text = "\n".join(c.source for c in nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4).cells
-                     if c.cell_type == "markdown")  # fmt: skip
+    text = "\n".join(
+        c.source
+        for c in nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4).cells
+        if c.cell_type == "markdown"
+    )
     cfg = cf.SWEEP
     assert f"{cfg.prompts * cfg.k} responses per step" in text
     assert f"{cfg.prompts} prompts, $k = {cfg.k}$ each" in text

@@ -83,8 +83,15 @@ def _check(cells, title):
 
 def _run(src, **namespace):
     # what the notebook's earlier cells have imported by the time the §7 cells run
-    ns = dict(torch=torch, nn=torch.nn, Callable=Callable, DemoBatch=DemoBatch, sft_loss=sft_loss,
-              token_log_probs=token_log_probs, demonstration_batch=demonstration_batch)  # fmt: skip
+    ns = dict(
+        torch=torch,
+        nn=torch.nn,
+        Callable=Callable,
+        DemoBatch=DemoBatch,
+        sft_loss=sft_loss,
+        token_log_probs=token_log_probs,
+        demonstration_batch=demonstration_batch,
+    )
     ns.update(namespace)
     exec(compile(src, NB, "exec"), ns)
     return ns

@@ -10,6 +10,7 @@ missing is graded under plain nbgrader here, in the test (slow; the log names th
 import fairness_reference as ref
 import pytest
 from fairness_styles import STYLES
+from graded_class import FULL_STYLES, tier_param
 from ppo_checks import CHECKS
 
 
@@ -21,15 +22,21 @@ def reference():
 @pytest.fixture(scope="module")
 def rows(graded_class, reference):
     out = {}
-    for name in STYLES:
+    for name in (n for n in STYLES if ref.student(n) in graded_class.subs):  # this session's tiers
         mine = graded_class.scores(ref.student(name))
         theirs = reference[name]
         out[name] = dict(
             engine=(mine["score"], mine["extra_credit"]["score"]),
-            kernel=(sum(v for g, v in theirs.items() if not CHECKS[g].extra),
-                    sum(v for g, v in theirs.items() if CHECKS[g].extra)),
-            lost=sorted(g for g, v in mine["grades"].items() if g in CHECKS and v["score"] < CHECKS[g].points),
-        )  # fmt: skip
+            kernel=(
+                sum(v for g, v in theirs.items() if not CHECKS[g].extra),
+                sum(v for g, v in theirs.items() if CHECKS[g].extra),
+            ),
+            lost=sorted(
+                g
+                for g, v in mine["grades"].items()
+                if g in CHECKS and v["score"] < CHECKS[g].points
+            ),
+        )
     print("\nstyle: engine (core, extra) / nbgrader (core, extra)")
     for name, row in out.items():
         print(f"  {name:40s} {row['engine']} / {row['kernel']}")
@@ -63,7 +70,7 @@ def test_a_changed_style_makes_only_its_own_reference_stale():
     assert base.cells[0].cell_type == "markdown" and ref.stale(stored, ref.fingerprints(base)) == []
 
 
-@pytest.mark.parametrize("name", list(STYLES))
+@pytest.mark.parametrize("name", [tier_param(n, FULL_STYLES) for n in STYLES])
 def test_style_scores_as_under_nbgrader(rows, name):
     row, lost = rows[name], STYLES[name].get("lost", [])
     core = sum(c.points for g, c in CHECKS.items() if not c.extra and g not in lost)

@@ -38,6 +38,8 @@ from mlbook_tools import hub as H
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores
 
+pytestmark = pytest.mark.full  # a hub, its proxy and a browser: minutes; make test-full (CI)
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BIN = pathlib.Path(sys.executable).parent
 NB = "rlhf_ppo"
@@ -59,10 +61,19 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,1000",
-         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
 
 
 def _free_port() -> int:
@@ -100,14 +111,44 @@ def hub():
     pwfile = folder / "passwords.txt"
     pwfile.write_text("".join(f"{u}:{p}\n" for u, p in pw.items()))
     pwfile.chmod(0o600)
-    run = subprocess.run([str(BIN / "mlbook"), "hub", "--dir", str(folder / "hub"), "--instructor", TEACH,
-                          "--students", f"{ALICE},{BOB}", "--passwords", str(pwfile), "--port", str(port),
-                          "--setup-only"], capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [
+            str(BIN / "mlbook"),
+            "hub",
+            "--dir",
+            str(folder / "hub"),
+            "--instructor",
+            TEACH,
+            "--students",
+            f"{ALICE},{BOB}",
+            "--passwords",
+            str(pwfile),
+            "--port",
+            str(port),
+            "--setup-only",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     log = (folder / "hub.log").open("w")
-    proc = subprocess.Popen([str(BIN / "mlbook"), "hub", "--dir", str(folder / "hub"), "--instructor", TEACH,
-                             "--students", f"{ALICE},{BOB}", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            str(BIN / "mlbook"),
+            "hub",
+            "--dir",
+            str(folder / "hub"),
+            "--instructor",
+            TEACH,
+            "--students",
+            f"{ALICE},{BOB}",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -118,8 +159,13 @@ def hub():
             except OSError:
                 assert time.monotonic() < deadline, "the hub did not answer"
                 time.sleep(0.5)  # polling interval of an explicit wait
-        yield dict(dir=folder / "hub", port=port, pw=pw, course=pathlib.Path(f"/home/{TEACH}/rlhf-ppo"),
-                   log=folder / "hub.log")  # fmt: skip
+        yield dict(
+            dir=folder / "hub",
+            port=port,
+            pw=pw,
+            course=pathlib.Path(f"/home/{TEACH}/rlhf-ppo"),
+            log=folder / "hub.log",
+        )
     finally:
         os.killpg(proc.pid, 15)
         try:
@@ -197,19 +243,32 @@ def formgrader_click(driver, icon: str) -> str:
 def assignment_list(driver) -> None:
     """JupyterLab's Nbgrader menu > Assignment List (nbgrader's Assignments tab)."""
     wait = WebDriverWait(driver, 240, poll_frequency=0.5)
-    menu = wait.until(lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
-                                 if e.text == "Nbgrader"])  # fmt: skip
+    menu = wait.until(
+        lambda d: [
+            e
+            for e in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+            if e.text == "Nbgrader"
+        ]
+    )
     menu[0].click()
-    wait.until(lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel")
-                          if e.text == "Assignment List"])[0].click()  # fmt: skip
+    wait.until(
+        lambda d: [
+            e
+            for e in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel")
+            if e.text == "Assignment List"
+        ]
+    )[0].click()
 
 
 def click_button(driver, label: str, timeout: float = 240) -> None:
     """The first enabled button with this text in the Assignments tab (its lists refresh by themselves)."""
 
     def find(d):
-        return [b for b in d.find_elements(By.CSS_SELECTOR, "button.btn-primary, button.btn")
-                if b.text == label and b.is_enabled() and b.is_displayed()]  # fmt: skip
+        return [
+            b
+            for b in d.find_elements(By.CSS_SELECTOR, "button.btn-primary, button.btn")
+            if b.text == label and b.is_enabled() and b.is_displayed()
+        ]
 
     WebDriverWait(driver, timeout, poll_frequency=0.5).until(find)[0].click()
 
@@ -226,8 +285,11 @@ def fetch(browser, student: str) -> None:
 def fill(hub, student: str, answers: str) -> None:
     """The fetched notebook with the reference answer in every core answer cell ('all') or the first half."""
     path = pathlib.Path(f"/home/{student}/{NB}/{NB}.ipynb")
-    solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in
-              nbformat.read(layout().solved / f"{NB}.ipynb", as_version=4).cells if "nbgrader" in c.metadata}  # fmt: skip
+    solved = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nbformat.read(layout().solved / f"{NB}.ipynb", as_version=4).cells
+        if "nbgrader" in c.metadata
+    }
     nb = nbformat.read(path, as_version=4)
     cells = [
         c
@@ -265,8 +327,13 @@ def numbers(text: str) -> dict:
     core = re.search(r"Core: ([\d.]+) / ([\d.]+) points", text)
     extra = re.search(r"Extra credit: ([\d.]+) / ([\d.]+) \(optional", text)
     late = re.search(r"Late submission penalty \(Score: -([\d.]+)\)", text)
-    return {"core": float(core[1]), "core_max": float(core[2]), "extra": float(extra[1]),
-            "extra_max": float(extra[2]), "late": float(late[1]) if late else 0.0}  # fmt: skip
+    return {
+        "core": float(core[1]),
+        "core_max": float(core[2]),
+        "extra": float(extra[1]),
+        "extra_max": float(extra[2]),
+        "late": float(late[1]) if late else 0.0,
+    }
 
 
 # -------------------------------------------------------------------------------------- the loop
@@ -393,10 +460,16 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
         row = rows[student]
         fb = seen[student]
         # nbgrader's raw_score is the core score before the late penalty, stated apart in the feedback.
-        assert (fb["core"], fb["core_max"]) == (book["score"], book["max_score"]) == (
-            float(row["raw_score"]), float(row["max_score"]))  # fmt: skip
-        assert (fb["extra"], fb["extra_max"]) == (book["extra_credit"]["score"], book["extra_credit"]["max_score"]) == (
-            float(row["extra_credit"]), float(row["extra_credit_max"]))  # fmt: skip
+        assert (
+            (fb["core"], fb["core_max"])
+            == (book["score"], book["max_score"])
+            == (float(row["raw_score"]), float(row["max_score"]))
+        )
+        assert (
+            (fb["extra"], fb["extra_max"])
+            == (book["extra_credit"]["score"], book["extra_credit"]["max_score"])
+            == (float(row["extra_credit"]), float(row["extra_credit_max"]))
+        )
         assert fb["late"] == pytest.approx(
             float(row["late_submission_penalty"]), abs=0.01
         )  # stated apart, the same
@@ -407,8 +480,13 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
 
 def check_isolation(hub, course: pathlib.Path) -> None:
     exchange = hub["dir"] / "exchange" / "rlhf-ppo"
-    secret_paths = [course / "gradebook.db", course / "grading_secret.txt", course / "nbgrader_config.py",
-                    course / "source" / NB / f"{NB}.ipynb", hub["dir"] / "instructor" / "checkout" / "tests" / "ppo_checks.py"]  # fmt: skip
+    secret_paths = [
+        course / "gradebook.db",
+        course / "grading_secret.txt",
+        course / "nbgrader_config.py",
+        course / "source" / NB / f"{NB}.ipynb",
+        hub["dir"] / "instructor" / "checkout" / "tests" / "ppo_checks.py",
+    ]
     for student, other in ((ALICE, BOB), (BOB, ALICE)):
         probe = (
             "import os, sys\n"
@@ -425,7 +503,13 @@ def check_isolation(hub, course: pathlib.Path) -> None:
             "    pass\n"
             "print(repr(bad))\n"
         )
-        targets = [f"{exchange}/inbound/", f"{exchange}/feedback/", f"{course}/", f"/home/{other}/",
-                   f"{hub['dir']}/instructor/", *map(str, secret_paths)]  # fmt: skip
+        targets = [
+            f"{exchange}/inbound/",
+            f"{exchange}/feedback/",
+            f"{course}/",
+            f"/home/{other}/",
+            f"{hub['dir']}/instructor/",
+            *map(str, secret_paths),
+        ]
         run = as_user(hub, student, "python", "-c", probe, *targets)
         assert run.stdout.strip() == "[]", f"{student} could read: {run.stdout}"

@@ -40,8 +40,12 @@ def _written_answers(course, student):
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         sub = gb.find_submission(NB, student)
-        out = {g.name: (g.auto_score, bool(g.needs_manual_grade)) for nb in sub.notebooks
-               for g in nb.grades if g.cell.cell_type == "markdown"}  # fmt: skip
+        out = {
+            g.name: (g.auto_score, bool(g.needs_manual_grade))
+            for nb in sub.notebooks
+            for g in nb.grades
+            if g.cell.cell_type == "markdown"
+        }
         return out, bool(sub.needs_manual_grade)
 
 
@@ -51,9 +55,11 @@ def course(tmp_path_factory):
     made = _run([*MLBOOK, "new-course", str(root)], cwd=root.parent)
     assert made.returncode == 0, made.stderr
     release = (ROOT / "chapters" / f"{NB}.ipynb").read_text()
-    for student, name, text in [("alice", f"{NB}-Copy1.ipynb", release),
-                                ("bob", f"{NB}.ipynb", '{"cells": [ this is not json'),
-                                ("carol", f"{NB}.ipynb", release)]:  # fmt: skip
+    for student, name, text in [
+        ("alice", f"{NB}-Copy1.ipynb", release),
+        ("bob", f"{NB}.ipynb", '{"cells": [ this is not json'),
+        ("carol", f"{NB}.ipynb", release),
+    ]:
         target = root / "submitted" / student / NB / name
         target.parent.mkdir(parents=True)
         target.write_text(text)
@@ -134,9 +140,11 @@ def test_autograde_button_and_grade_class_agree_on_blank_written_answers(course)
 
 def test_grade_class_outside_a_course_folder_writes_nothing(tmp_path):
     had_root_db = (ROOT / "gradebook.db").exists()
-    for cmd, cwd in [([*MLBOOK, "grade-class", "--course", str(tmp_path)], ROOT),
-                     ([*MLBOOK, "grade-class"], tmp_path),
-                     ([*MLBOOK, "grade-class"], ROOT)]:  # fmt: skip
+    for cmd, cwd in [
+        ([*MLBOOK, "grade-class", "--course", str(tmp_path)], ROOT),
+        ([*MLBOOK, "grade-class"], tmp_path),
+        ([*MLBOOK, "grade-class"], ROOT),
+    ]:
         run = _run(cmd, cwd=cwd, timeout=120)
         out = run.stdout + run.stderr
         assert run.returncode == 1 and "not a course folder" in out and "Traceback" not in out, out
@@ -167,8 +175,13 @@ def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-                 "--host-resolver-rules=MAP * ~NOTFOUND"):  # fmt: skip
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:

@@ -27,9 +27,12 @@ LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536
 BUDGET = 45.0  # as in tests/test_adversarial.py
 ENTRIES = ["slow_every_call", "cpu_loop_ignoring_sigint", "memory_hog_in_gae"]
 
-pytestmark = pytest.mark.skipif(
-    sandbox.check_available() is not None, reason="bubblewrap cannot start here"
-)
+pytestmark = [  # minutes: make test-full (CI runs it right after make test)
+    pytest.mark.full,
+    pytest.mark.skipif(
+        sandbox.check_available() is not None, reason="bubblewrap cannot start here"
+    ),
+]
 
 
 def _submission(entry: dict) -> nbformat.NotebookNode:

@@ -73,8 +73,18 @@ def test_nbgrader_keeps_the_tags_in_the_release():
 
 
 def _nbval(*targets, cwd):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-           "--nbval-sanitize-with", str(SANITIZE), *targets]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--nbval-lax",
+        "--nbval-sanitize-with",
+        str(SANITIZE),
+        *targets,
+    ]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -85,8 +95,12 @@ def test_nbval_fails_on_a_perturbed_checked_number(tmp_path):
     nb = nbformat.read(ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb", as_version=4)
     cells = _code(nb)  # nbval names code cells "Cell <i>"
     number = re.compile(r"\d+\.\d+")
-    table = next(i for i, c in enumerate(cells) if _checked(c)
-                 and any(o.output_type == "stream" and number.search(o.text) for o in c.outputs))  # fmt: skip
+    table = next(
+        i
+        for i, c in enumerate(cells)
+        if _checked(c)
+        and any(o.output_type == "stream" and number.search(o.text) for o in c.outputs)
+    )
     assert any(_checked(c) for c in cells[:table]), "a checked cell runs before the perturbed one"
     stream = next(
         o for o in cells[table].outputs if o.output_type == "stream" and number.search(o.text)

@@ -254,8 +254,12 @@ def test_approx_kl_early_stop_skips_epochs():
         1,
         1,
     ]  # epoch 2 always starts past the tiny threshold
-    free = sol.train_ppo(*toy_lm.build_models(0, batch=16)[:4], toy_lm.good_count_reward, END_ID,
-                         dataclasses.replace(cfg, approx_kl_stop=None))  # fmt: skip
+    free = sol.train_ppo(
+        *toy_lm.build_models(0, batch=16)[:4],
+        toy_lm.good_count_reward,
+        END_ID,
+        dataclasses.replace(cfg, approx_kl_stop=None),
+    )
     assert [len(h.epochs) for h in free] == [4, 4, 4]
 
 

@@ -48,8 +48,14 @@ def _tiny(folder: pathlib.Path, last: str = "x + 1") -> pathlib.Path:
 def _on_a_terminal(cmd, cwd) -> tuple[int, str]:
     """Run ``cmd`` with stdout and stderr on a fresh pseudo-terminal; its exit code and all it wrote."""
     main, child = pty.openpty()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=child, stderr=child,
-                            env={**ENV, "TQDM_DISABLE": "1"})  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child,
+        env={**ENV, "TQDM_DISABLE": "1"},
+    )
     os.close(child)
     chunks = []
     while True:
@@ -93,8 +99,14 @@ def test_a_terminal_shows_a_line_per_section(tmp_path):
 
 def test_piped_output_has_one_line_per_notebook(tmp_path):
     nb = _tiny(tmp_path)
-    run = subprocess.run([*EXECUTE, "nbs/tiny.ipynb"], cwd=tmp_path, env=ENV, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [*EXECUTE, "nbs/tiny.ipynb"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == ""
     ours = [ln for ln in run.stderr.splitlines() if "tiny" in ln]
@@ -105,8 +117,14 @@ def test_piped_output_has_one_line_per_notebook(tmp_path):
 
 def test_a_failing_cell_stops_with_exit_1(tmp_path):
     _tiny(tmp_path, last="raise ValueError('broken on purpose')")
-    run = subprocess.run([*EXECUTE, "nbs/tiny.ipynb"], cwd=tmp_path, env=ENV, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [*EXECUTE, "nbs/tiny.ipynb"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1, run.stderr
     assert "error: nbs/tiny.ipynb failed while executing" in run.stderr
     assert "broken on purpose" in run.stderr

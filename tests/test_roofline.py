@@ -155,8 +155,17 @@ def test_section_4_2_prose_states_no_direction_the_cells_do_not_print():
         line[2:] for line in section.splitlines() if line.startswith("# ") and "%%" not in line
     ).lower()
     prose = re.sub(r"\s+", " ", prose)
-    for claim in ("over-predict", "under-predict", "overestimat", "underestimat", "too high",
-                  "too low", "furthest off", "comes out high", "comes out low"):  # fmt: skip
+    for claim in (
+        "over-predict",
+        "under-predict",
+        "overestimat",
+        "underestimat",
+        "too high",
+        "too low",
+        "furthest off",
+        "comes out high",
+        "comes out low",
+    ):
         assert claim not in prose, (
             f"§4.2 prose fixes a direction the measurement may not show: {claim!r}"
         )

@@ -87,6 +87,7 @@ def test_dist_readme_says_how_to_install_cpu_torch(dist):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # a fresh venv and a pip install: make test-full (CI)
 def test_dist_installs_without_dev_tools_or_cuda(dist, tmp_path):
     """What the README says, in a fresh venv: pip resolves the student lock plus the wheel. Here the
     torch pin resolves to the local CPU wheel, as --index-url .../whl/cpu does on a Linux laptop."""
@@ -94,8 +95,12 @@ def test_dist_installs_without_dev_tools_or_cuda(dist, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     wheel = next(dist.glob("mlbook-*.whl"))
-    run = subprocess.run([*pip, "install", "--quiet", "-r", str(dist / "requirements.txt"), str(wheel)],
-                         capture_output=True, text=True, timeout=1200)  # fmt: skip
+    run = subprocess.run(
+        [*pip, "install", "--quiet", "-r", str(dist / "requirements.txt"), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     listed = subprocess.run(
         [*pip, "list", "--format=json"], capture_output=True, text=True, check=True
@@ -108,8 +113,11 @@ def test_dist_installs_without_dev_tools_or_cuda(dist, tmp_path):
     cuda = sorted(n for n in installed if n.startswith(("nvidia-", "triton", "cuda-")))
     assert not cuda, cuda
     assert installed["torch"].startswith("2.13.0"), installed["torch"]
-    pins = dict(line.split("==") for line in (dist / "requirements.txt").read_text().splitlines()
-                if "==" in line)  # fmt: skip
+    pins = dict(
+        line.split("==")
+        for line in (dist / "requirements.txt").read_text().splitlines()
+        if "==" in line
+    )
     unpinned = {n: v for n, v in installed.items() if pins.get(n) != v.split("+")[0]}
     # pip's own and torch's build-time setuptools aside, nothing comes in unpinned (an extra's needs too)
     assert set(unpinned) <= {"mlbook", "pip", "setuptools"}, unpinned
@@ -153,8 +161,12 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with zipfile.ZipFile(next(dist.glob("mlbook-*.whl"))) as whl:
         whl.extractall(purelib)  # a pure-Python wheel: installing it is unpacking it
     # Third-party packages, read-only, as a plain path (its .pth files are not run: no editable installs).
@@ -173,17 +185,21 @@ def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):
     assert int(n_modules) >= 6 and hidden == "[True, True]", run.stdout
     kernels = tmp_path / "jupyter" / "kernels" / "student"
     kernels.mkdir(parents=True)
-    spec = {"argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "student",
-            "language": "python"}  # fmt: skip
+    spec = {
+        "argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "student",
+        "language": "python",
+    }
     (kernels / "kernel.json").write_text(json.dumps(spec))
     work = tmp_path / "student_home"
     work.mkdir()
     nb = nbformat.read(dist / NB, as_version=4)
+    # defining a stub is fine; calling it raises
     first_stub = next(
         i
         for i, c in enumerate(nb.cells)
         if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"
-    )  # fmt: skip -- defining a stub is fine; calling it raises
+    )
     env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "MPLBACKEND": "Agg", "PYTHONNOUSERSITE": "1"}
     client = NotebookClient(
         nb, timeout=300, kernel_name="student", resources={"metadata": {"path": str(work)}}

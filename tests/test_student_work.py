@@ -99,10 +99,10 @@ def _edit(text: str, how: str) -> str:
 @pytest.mark.parametrize(
     "how,suffix",
     [
-        ("commented", ".ipynb"),
-        ("after-return", ".ipynb"),
-        ("markdown", ".ipynb"),
-        ("commented", ".py"),
+        ("commented", ".ipynb"),  # each one an `mlbook build`: the others in make test-full (CI)
+        pytest.param("after-return", ".ipynb", marks=pytest.mark.full),
+        pytest.param("markdown", ".ipynb", marks=pytest.mark.full),
+        pytest.param("commented", ".py", marks=pytest.mark.full),
     ],
 )
 def test_build_refuses_to_overwrite_work_in_the_release(how, suffix):
@@ -196,13 +196,15 @@ def test_commands_find_the_checkout_from_any_folder(tmp_path):
     env["PATH"] = "/usr/bin:/bin"  # not activated: nbgrader's `alembic` must still be found
     mlbook = str(pathlib.Path(sys.executable).parent / "mlbook")
     course = tmp_path / "course"
-    run = subprocess.run([mlbook, "new-course", str(course)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [mlbook, "new-course", str(course)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr
     assert (course / "nbgrader_config.py").exists()
     assert (course / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb").exists()
-    missing = subprocess.run([mlbook, "grade", "nothing.ipynb"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True)  # fmt: skip
+    missing = subprocess.run(
+        [mlbook, "grade", "nothing.ipynb"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
     assert "nothing.ipynb" in missing.stderr
 
@@ -288,8 +290,11 @@ def test_handin_refuses_a_damaged_notebook_and_writes_nothing(tmp_path, damage):
     nb.write_text(text)
     run = _run([*MLBOOK, "handin", str(nb)], cwd=tmp_path)
     assert run.returncode == 1 and "nothing was written" in run.stderr, run.stdout + run.stderr
-    expected = {"truncated": "not a readable notebook", "duplicate": "'gae' appears twice",
-                "syntax": "'gae' has a syntax error"}[damage]  # fmt: skip
+    expected = {
+        "truncated": "not a readable notebook",
+        "duplicate": "'gae' appears twice",
+        "syntax": "'gae' has a syntax error",
+    }[damage]
     assert expected in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert not (tmp_path / "to-upload").exists()
 
@@ -301,8 +306,11 @@ def test_handin_in_a_cell_refuses_answers_the_file_does_not_hold(tmp_path):
     nb = tmp_path / "rlhf_ppo.ipynb"
     _solved_copy(nb)
     doc = json.loads(nb.read_text())
-    saved = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in doc["cells"]
-             if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}  # fmt: skip
+    saved = {
+        c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
+        for c in doc["cells"]
+        if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"
+    }
     assert unsaved_answers(doc, list(saved.values())) == []
     assert (
         unsaved_answers(doc, [*saved.values(), "# a comment is no change\n" + saved["gae"]]) == []
@@ -317,6 +325,7 @@ def test_handin_in_a_cell_refuses_answers_the_file_does_not_hold(tmp_path):
 # ------------------------------------------------------------------------------------ progress
 
 
+@pytest.mark.full  # two builds and a grading: make test-full (CI); test_progress.py in make test
 def test_long_commands_print_a_line_per_stage_only_when_watched():
     """Quiet when captured (CI, logs); a line per stage on a terminal or in a notebook's `!` cell."""
     import os
@@ -324,17 +333,34 @@ def test_long_commands_print_a_line_per_stage_only_when_watched():
     quiet_env = {
         k: v for k, v in os.environ.items() if k not in ("MLBOOK_PROGRESS", "JPY_PARENT_PID")
     }
-    quiet = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
-                           env=quiet_env, timeout=900)  # fmt: skip
+    quiet = subprocess.run(
+        [*MLBOOK, "build", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=quiet_env,
+        timeout=900,
+    )
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    loud = subprocess.run([*MLBOOK, "build", "--check"], cwd=ROOT, capture_output=True, text=True,
-                          env={**quiet_env, "MLBOOK_PROGRESS": "1"}, timeout=900)  # fmt: skip
+    loud = subprocess.run(
+        [*MLBOOK, "build", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**quiet_env, "MLBOOK_PROGRESS": "1"},
+        timeout=900,
+    )
     stages = re.findall(r"^\[\s*\d+s\] (.+)$", loud.stderr, re.M)
     assert loud.returncode == 0 and len(stages) >= 3, loud.stderr
     assert any("generate_assignment" in s for s in stages), stages
-    cell = subprocess.run([*MLBOOK, "grade", str(layout().release / "rlhf_ppo.ipynb")], cwd=ROOT,
-                          capture_output=True, text=True, env={**quiet_env, "JPY_PARENT_PID": "1"},
-                          timeout=900)  # fmt: skip
+    cell = subprocess.run(
+        [*MLBOOK, "grade", str(layout().release / "rlhf_ppo.ipynb")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**quiet_env, "JPY_PARENT_PID": "1"},
+        timeout=900,
+    )
     stages = re.findall(r"^\[\s*\d+s\] (.+)$", cell.stderr, re.M)
     assert (
         len(stages) == 2 and stages[0].startswith("grading ") and stages[1].startswith("graded in")

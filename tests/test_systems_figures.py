@@ -30,7 +30,7 @@ from mlbook.posttrain.toy_lm import (  # noqa: E402
     ToyLMConfig,
     build_models,
     good_count_reward,
-)  # fmt: skip
+)
 
 # ------------------------------------------------------------------------------------- memory table
 
@@ -96,9 +96,18 @@ def test_time_ppo_step_fractions_and_leaves_models_untouched(one_thread):
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     rng_before = torch.get_rng_state()
     split = time_ppo_step(
-        policy, ref, critic, prompts, rollout=collect_rollouts, reward_fn=good_count_reward,
-        update=partial(ppo_update, beta=0.05, cfg=PPOConfig()), max_new_tokens=4, eos_id=END_ID, repeats=2, warmup=0,
-    )  # fmt: skip
+        policy,
+        ref,
+        critic,
+        prompts,
+        rollout=collect_rollouts,
+        reward_fn=good_count_reward,
+        update=partial(ppo_update, beta=0.05, cfg=PPOConfig()),
+        max_new_tokens=4,
+        eos_id=END_ID,
+        repeats=2,
+        warmup=0,
+    )
     assert set(split["seconds"]) == set(PHASES) == set(split["fractions"])
     assert all(s > 0 for s in split["seconds"].values())
     assert all(0 < f < 1 for f in split["fractions"].values())

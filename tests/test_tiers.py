@@ -17,10 +17,29 @@ ROOT = layout().root
 
 def test_every_test_has_a_kind_and_make_test_runs_every_kind(tmp_path):
     out = tmp_path / "kinds.json"
-    notebooks = [str(p.relative_to(ROOT)) for p in (*sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb")),
-                                                    *sorted((ROOT / "chapters").glob("*.ipynb")))]  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "--nbval-lax", "tests", *notebooks],
-                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MLBOOK_KINDS_TO": str(out)})  # fmt: skip
+    notebooks = [
+        str(p.relative_to(ROOT))
+        for p in (
+            *sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb")),
+            *sorted((ROOT / "chapters").glob("*.ipynb")),
+        )
+    ]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--collect-only",
+            "--nbval-lax",
+            "tests",
+            *notebooks,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLBOOK_KINDS_TO": str(out)},
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     kinds = json.loads(out.read_text())
     assert len(kinds) > 300 and any(node.endswith(".ipynb::Cell 0") for node in kinds), len(kinds)

@@ -43,8 +43,14 @@ def _payload_text(port: int = 1) -> str:
     return json.dumps(X.payload_notebook(release, port))
 
 
-ACTIVE = ("text/html", "image/svg+xml", "application/javascript", "text/markdown", "text/latex",
-          "application/vnd.jupyter.widget-view+json")  # fmt: skip
+ACTIVE = (
+    "text/html",
+    "image/svg+xml",
+    "application/javascript",
+    "text/markdown",
+    "text/latex",
+    "application/vnd.jupyter.widget-view+json",
+)
 
 
 def _assert_inert(nb: dict) -> None:
@@ -126,8 +132,10 @@ def test_manual_score_changes_are_reported(tmp_path, monkeypatch):
         gb.db.commit()
     out = io.StringIO()
     lines = manual_audit.report(tmp_path, "a", out)
-    assert lines == ["extra credit changed: <img src=x onerror=alert(1)>\ufffd[2J / ex1: none -> 8",
-                     "manual score changed: alice / essay: 2 -> 0"], lines  # fmt: skip
+    assert lines == [
+        "extra credit changed: <img src=x onerror=alert(1)>\ufffd[2J / ex1: none -> 8",
+        "manual score changed: alice / essay: 2 -> 0",
+    ], lines
     assert "2 manual score(s) changed" in out.getvalue() and "\x1b" not in out.getvalue()
 
 
@@ -135,9 +143,11 @@ def test_clean_html_keeps_markdown_readable():
     """nbconvert's own allow-list drops headings, paragraphs, images (nbconvert #2016): this one keeps them."""
     from mlbook_tools.inert import clean_html
 
-    html = ('<h2>Title</h2><p>a <em>b</em> <strong>c</strong> $x^2$</p><ul><li>i</li></ul><table><tr><th>h</th>'
-            '<td>d</td></tr></table><pre><code>x = 1</code></pre><img src="data:image/png;base64,iVBO" alt="fig">'
-            '<a href="https://example.org">l</a><blockquote>q</blockquote>')  # fmt: skip
+    html = (
+        "<h2>Title</h2><p>a <em>b</em> <strong>c</strong> $x^2$</p><ul><li>i</li></ul><table><tr><th>h</th>"
+        '<td>d</td></tr></table><pre><code>x = 1</code></pre><img src="data:image/png;base64,iVBO" alt="fig">'
+        '<a href="https://example.org">l</a><blockquote>q</blockquote>'
+    )
     out = clean_html(html)
     for tag in (
         "<h2>",
@@ -173,8 +183,25 @@ def test_clean_html_keeps_markdown_readable():
             clean_html(markdown2html(X.fill(kind, 1, "unit")))
         )  # markdown first, as the pages do
         for tag, attrs in parser.found:
-            assert tag not in ("script", "iframe", "object", "embed", "style", "link", "base", "meta", "form",
-                               "svg", "input", "button", "video", "source", "body", "marquee", "xss"), (kind, tag)  # fmt: skip
+            assert tag not in (
+                "script",
+                "iframe",
+                "object",
+                "embed",
+                "style",
+                "link",
+                "base",
+                "meta",
+                "form",
+                "svg",
+                "input",
+                "button",
+                "video",
+                "source",
+                "body",
+                "marquee",
+                "xss",
+            ), (kind, tag)
             for name, value in attrs.items():
                 value = (value or "").strip().lower()
                 assert not name.startswith("on") and name not in (
@@ -260,8 +287,13 @@ def course(tmp_path_factory, canary):
         folder.mkdir(parents=True)
         (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(nb))  # as handed in: not validated
         (folder / "timestamp.txt").write_text("2026-11-30 12:00:00.000000 UTC")
-    run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [str(BIN / "mlbook"), "grade-class", "--course", "."],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     from nbgrader.api import Gradebook
 
@@ -317,19 +349,26 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
                 server.url(f"/formgrader/submissions/{ids['mallory']}/")
             ) as r:
                 policies = r.headers.get_all("Content-Security-Policy")
-            assert any("script-src 'self'" in p and "'unsafe-inline'" not in p.split("script-src")[1].split(";")[0]
-                       for p in policies), policies  # fmt: skip
+            assert any(
+                "script-src 'self'" in p
+                and "'unsafe-inline'" not in p.split("script-src")[1].split(";")[0]
+                for p in policies
+            ), policies
 
             def rows(n):
                 return lambda d: len(d.find_elements(By.CSS_SELECTOR, "tbody#main-table tr")) >= n
 
-            pages = [("/formgrader/manage_students", rows(len(ids) + 1)),
-                     (f"/formgrader/manage_submissions/{ASSIGNMENT}", rows(len(ids))),
-                     (f"/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}", rows(len(ids)))]  # fmt: skip
+            pages = [
+                ("/formgrader/manage_students", rows(len(ids) + 1)),
+                (f"/formgrader/manage_submissions/{ASSIGNMENT}", rows(len(ids))),
+                (f"/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}", rows(len(ids))),
+            ]
             for student in ids:
                 q = urllib.parse.quote(student, safe="")
-                pages += [(f"/formgrader/manage_students/{q}", rows(1)),
-                          (f"/formgrader/manage_students/{q}/{ASSIGNMENT}", rows(1))]  # fmt: skip
+                pages += [
+                    (f"/formgrader/manage_students/{q}", rows(1)),
+                    (f"/formgrader/manage_students/{q}/{ASSIGNMENT}", rows(1)),
+                ]
             for (
                 path,
                 ready,
@@ -343,9 +382,12 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
             ):  # the payloads last
                 driver.get(server.url(f"/formgrader/submissions/{nb_id}/"))
                 math = "MathJax.Hub.queue.pending === 0" if student == "mallory" else "true"
-                wait.until(lambda d, math=math: d.execute_script(
-                    f"return !!(window.MathJax && MathJax.isReady && {math})"
-                    " && [...document.querySelectorAll('input.extra-credit')].some(e => e.hasAttribute('placeholder'))"))  # fmt: skip
+                wait.until(
+                    lambda d, math=math: d.execute_script(
+                        f"return !!(window.MathJax && MathJax.isReady && {math})"
+                        " && [...document.querySelectorAll('input.extra-credit')].some(e => e.hasAttribute('placeholder'))"
+                    )
+                )
                 found[f"submission {student}"] = _quiet(driver, settle)
                 print(f"{time.monotonic() - t0:6.1f} s  submission {student}")
             typeset = driver.execute_script(
@@ -359,10 +401,21 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
             )
             assert driver.execute_script("return window.__probe || null") is None
         assert _sha(gradebook) == before, "the gradebook changed while the instructor browsed"
-        runs = [subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=course, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)  # fmt: skip
-                for args in (["generate_feedback", ASSIGNMENT, "--student", "mallory", "--force"], ["export", "--to", "grades.csv"],
-                             ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"])]  # fmt: skip
+        runs = [
+            subprocess.Popen(
+                [str(BIN / "nbgrader"), *args],
+                cwd=course,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for args in (
+                ["generate_feedback", ASSIGNMENT, "--student", "mallory", "--force"],
+                ["export", "--to", "grades.csv"],
+                ["export", "--exporter", "mlbook_tools.export.WideCsvExport", "--to", "wide.csv"],
+            )
+        ]
         for done in runs:  # they only read the gradebook: side by side
             out = done.communicate(timeout=300)[0]
             assert done.returncode == 0, out[-2000:]
@@ -387,8 +440,13 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     with Gradebook(f"sqlite:///{gradebook}") as gb:
         gb.find_grade("ex1_larger_beta", ASSIGNMENT, ASSIGNMENT, "mallory").manual_score = 3.0
         gb.db.commit()
-    run = subprocess.run([str(BIN / "mlbook"), "grade-class", "--course", "."], cwd=course, env=env,
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [str(BIN / "mlbook"), "grade-class", "--course", "."],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "manual score changed: mallory / ex1_larger_beta: none -> 3" in run.stdout, run.stdout[
         -2000:
     ]
@@ -408,9 +466,11 @@ def test_policy_names_only_the_servers_own_inline_scripts():
 
     csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/"}, csp._template_scripts()
     loader = (csp.TEMPLATES / "formgrade" / "mathjax_loader.js").read_text()[:-1]
-    page = ('<script>var assignment_id = "rlhf_ppo";</script><script>alert(1)</script>'
-            f'<script>var a = "x";alert(1);"";</script><script type="text/javascript">{loader}</script>'
-            '<script type="application/json">{"a": 1}</script>').encode()  # fmt: skip
+    page = (
+        '<script>var assignment_id = "rlhf_ppo";</script><script>alert(1)</script>'
+        f'<script>var a = "x";alert(1);"";</script><script type="text/javascript">{loader}</script>'
+        '<script type="application/json">{"a": 1}</script>'
+    ).encode()
 
     def header(path):
         request = type("Request", (), {"path": path})

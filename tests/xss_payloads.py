@@ -20,8 +20,10 @@ import copy
 import json
 
 # The canary: no "/" in it (it goes into folder names too) and no double quote (attribute values).
-CANARY = ("top.__xss=(top.__xss||[]).concat('{k}');"
-          "fetch('http:\\x2f\\x2f127.0.0.1:{port}\\x2fhit?k={k}',{{mode:'no-cors'}})")  # fmt: skip
+CANARY = (
+    "top.__xss=(top.__xss||[]).concat('{k}');"
+    "fetch('http:\\x2f\\x2f127.0.0.1:{port}\\x2fhit?k={k}',{{mode:'no-cors'}})"
+)
 
 KINDS: dict[str, str] = {
     "img-onerror": '<img src=x onerror="{js}">',
@@ -95,48 +97,80 @@ def _all(port: int, place: str, sep: str = "\n\n") -> str:
 
 def _svg(port: int, place: str) -> str:
     js = CANARY.format(k=f"svg-image@{place}", port=port)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" onload="{js}"><script>{js}</script>'
-            f'<a href="javascript:{js}"><text y="20">svg</text></a></svg>')  # fmt: skip
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" onload="{js}"><script>{js}</script>'
+        f'<a href="javascript:{js}"><text y="20">svg</text></a></svg>'
+    )
 
 
 def _outputs(port: int, place: str) -> list[dict]:
     """One output of each active kind, each carrying every payload."""
     html = _all(port, place + "/text-html")
     js = CANARY.format(k=f"application-javascript@{place}", port=port)
-    widget = {"model_id": "<img src=x onerror=\"" + CANARY.format(k=f"widget@{place}", port=port) + '">',
-              "version_major": 2, "version_minor": 0}  # fmt: skip
+    widget = {
+        "model_id": '<img src=x onerror="' + CANARY.format(k=f"widget@{place}", port=port) + '">',
+        "version_major": 2,
+        "version_minor": 0,
+    }
     return [
-        {"output_type": "display_data", "metadata": {"image/png": {"width": f'1 onerror="{js}"'}},
-         "data": {"text/html": html, "text/plain": "plain text stays"}},
-        {"output_type": "display_data", "metadata": {}, "data": {"image/svg+xml": _svg(port, place)}},
+        {
+            "output_type": "display_data",
+            "metadata": {"image/png": {"width": f'1 onerror="{js}"'}},
+            "data": {"text/html": html, "text/plain": "plain text stays"},
+        },
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"image/svg+xml": _svg(port, place)},
+        },
         {"output_type": "display_data", "metadata": {}, "data": {"application/javascript": js}},
-        {"output_type": "display_data", "metadata": {},
-         "data": {"text/markdown": _all(port, place + "/text-markdown")}},
-        {"output_type": "display_data", "metadata": {},
-         "data": {"application/vnd.jupyter.widget-view+json": widget, "text/plain": "widget"}},
-        {"output_type": "execute_result", "execution_count": 1, "metadata": {},
-         "data": {"text/latex": "$\\href{javascript:" + js + "}{x}$", "text/plain": "latex"}},
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"text/markdown": _all(port, place + "/text-markdown")},
+        },
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"application/vnd.jupyter.widget-view+json": widget, "text/plain": "widget"},
+        },
+        {
+            "output_type": "execute_result",
+            "execution_count": 1,
+            "metadata": {},
+            "data": {"text/latex": "$\\href{javascript:" + js + "}{x}$", "text/plain": "latex"},
+        },
         {"output_type": "stream", "name": "stdout", "text": _all(port, place + "/stream")},
-        {"output_type": "error", "ename": f'<img src=x onerror="{js}">', "evalue": _all(port, place + "/error"),
-         "traceback": [_all(port, place + "/traceback")]},
-    ]  # fmt: skip
+        {
+            "output_type": "error",
+            "ename": f'<img src=x onerror="{js}">',
+            "evalue": _all(port, place + "/error"),
+            "traceback": [_all(port, place + "/traceback")],
+        },
+    ]
 
 
 def _metadata(port: int, place: str) -> dict:
     k = fill("img-onerror", port, place)
-    return {"tags": [k, f'"><svg onload="{CANARY.format(k="tag@" + place, port=port)}">'],
-            "free": {"html": _all(port, place)}, "jupyter": {"source_hidden": k}}  # fmt: skip
+    return {
+        "tags": [k, f'"><svg onload="{CANARY.format(k="tag@" + place, port=port)}">'],
+        "free": {"html": _all(port, place)},
+        "jupyter": {"source_hidden": k},
+    }
 
 
 def _attachments(port: int, place: str) -> dict:
     svg = base64.b64encode(_svg(port, place + "/svg").encode()).decode()
     html = base64.b64encode(_all(port, place + "/html").encode()).decode()
-    return {"evil.svg": {"image/svg+xml": svg}, "evil.html": {"text/html": html},
-            "ok.png": {"image/png": _PNG}}  # fmt: skip
+    return {
+        "evil.svg": {"image/svg+xml": svg},
+        "evil.html": {"text/html": html},
+        "ok.png": {"image/png": _PNG},
+    }
 
 
 BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\n"
-_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==")  # fmt: skip
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 
 
 def payload_notebook(release_nb, port: int) -> dict:
@@ -149,21 +183,30 @@ def payload_notebook(release_nb, port: int) -> dict:
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id", "")
         if meta.get("solution") and cell.cell_type == "markdown":
-            cell.source = (f"My answer, with math $x^2 + \\beta$ and **bold**.\n\n{_all(port, 'answer:' + gid)}\n\n"
-                           "![attached](attachment:ok.png) ![svg](attachment:evil.svg) [html](attachment:evil.html)")  # fmt: skip
+            cell.source = (
+                f"My answer, with math $x^2 + \\beta$ and **bold**.\n\n{_all(port, 'answer:' + gid)}\n\n"
+                "![attached](attachment:ok.png) ![svg](attachment:evil.svg) [html](attachment:evil.html)"
+            )
             cell.attachments = _attachments(port, "attachment:" + gid)
             cell.metadata.update(_metadata(port, "answer-meta:" + gid))
         elif meta.get("solution") and cell.cell_type == "code" and gid in ("ex3_demo", "ex5_demo"):
             cell.outputs = [nbformat.from_dict(o) for o in _outputs(port, "answer-output:" + gid)]
             cell.execution_count = 1
     for i, where in enumerate(("top", "middle")):
-        md = nbformat.v4.new_markdown_cell(f"# Added {where}\n\n{_all(port, 'added-md:' + where)}\n\n"
-                                           "![a](attachment:evil.svg) ![b](attachment:ok.png)")  # fmt: skip
+        md = nbformat.v4.new_markdown_cell(
+            f"# Added {where}\n\n{_all(port, 'added-md:' + where)}\n\n"
+            "![a](attachment:evil.svg) ![b](attachment:ok.png)"
+        )
         md.attachments = _attachments(port, "added-attachment:" + where)
         md.metadata = _metadata(port, "added-md-meta:" + where)
         forged = nbformat.v4.new_markdown_cell(_all(port, "forged-nbgrader:" + where))
-        forged.metadata["nbgrader"] = {"grade_id": fill("img-onerror", port, "forged-id"), "solution": False,
-                                       "grade": False, "locked": False, "schema_version": 3}  # fmt: skip
+        forged.metadata["nbgrader"] = {
+            "grade_id": fill("img-onerror", port, "forged-id"),
+            "solution": False,
+            "grade": False,
+            "locked": False,
+            "schema_version": 3,
+        }
         code = nbformat.v4.new_code_cell("print('hello')", execution_count=1)
         code.outputs = [nbformat.from_dict(o) for o in _outputs(port, "added-output:" + where)]
         code.metadata = _metadata(port, "added-code-meta:" + where)
@@ -174,8 +217,18 @@ def payload_notebook(release_nb, port: int) -> dict:
     nb.metadata["kernelspec"]["display_name"] = fill("img-onerror", port, "kernelspec")
     nb.metadata.setdefault("language_info", {})["name"] = fill("svg-onload", port, "language")
     nb.metadata["language_info"]["pygments_lexer"] = fill("img-onerror", port, "lexer")
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
-        "state": {"m": {"model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls",
-                        "state": {"value": _all(port, "widget-state")}}}, "version_major": 2, "version_minor": 0}}  # fmt: skip
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {
+                "m": {
+                    "model_name": "HTMLModel",
+                    "model_module": "@jupyter-widgets/controls",
+                    "state": {"value": _all(port, "widget-state")},
+                }
+            },
+            "version_major": 2,
+            "version_minor": 0,
+        }
+    }
     nb.metadata["free"] = json.loads(json.dumps({"html": _all(port, "nb-meta")}))
     return nb

@@ -119,7 +119,7 @@ def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
             "for fd in fds:\n    for _ in range(40):\n        os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
         pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")
     except sandbox.RunnerDied as err:
-        assert str(err) == "memory limit"
+        assert isinstance(err, sandbox.MemoryLimit), repr(err)
     finally:
         r.close()
     assert r.proc.poll() is not None and not r.cgroup.dirs

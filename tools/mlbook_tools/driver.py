@@ -28,13 +28,25 @@ import secrets
 import time
 import types
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import nbformat
 import torch
 
 from mlbook_tools import protocol
-from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied, SandboxUnavailable
+from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, SandboxUnavailable: driver's API
+    BudgetExceeded,
+    CallTimeout,
+    CannotGrade,
+    Crashed,
+    MemoryLimit,
+    RemoteError,
+    RunnerDied,
+    SandboxUnavailable,
+    TooLarge,
+)
+from mlbook_tools.sandbox import Runner
 
 EXTRA_PREFIX = "ex"
 # Budgets, in seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
@@ -54,14 +66,6 @@ MAX_CELLS = 2000  # cells (counted in the raw text first, then exactly)
 MAX_OUTPUT_BYTES = 16 * 1024**2  # text of every stored output together
 MAX_SOURCE_BYTES = 4 * 1024**2  # every cell's source together (code is sent to the sandbox and run)
 MAX_JSON_DEPTH = 64  # nesting of the notebook's JSON
-
-
-class CannotGrade(Exception):
-    """The file cannot be graded at all (not a notebook, wrong assignment)."""
-
-
-class TooLarge(CannotGrade):
-    """The file is past one of the MAX_* bounds: refused before it is parsed or run."""
 
 
 def _mb(n: int) -> str:
@@ -321,7 +325,7 @@ class Session:
     cell, call and attribute read checks it first and gets at most what is left (no floor).
     ``wall_deadline`` (time.monotonic, default WALL_FACTOR x the budget) is the wall-clock backstop;
     past it + GRACE_SECONDS a watchdog kills the sandbox whatever is running. ``self.deadline`` and
-    ``self.wall_deadline`` may be lowered for one check."""
+    ``self.wall_deadline`` are lowered for one check by ``within``."""
 
     def __init__(
         self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None
@@ -337,6 +341,18 @@ class Session:
         self.restarts = 0
         self._build()
 
+    @contextmanager
+    def within(self, seconds: float):
+        """Lower both deadlines for one block (a check): at most ``seconds`` charged, ``seconds`` x
+        WALL_FACTOR of wall clock, never past the submission's own; both are restored on the way out."""
+        kept = self.deadline, self.wall_deadline
+        self.deadline = min(self.deadline, self.clock() + seconds)
+        self.wall_deadline = min(self.hard_deadline, time.monotonic() + seconds * WALL_FACTOR)
+        try:
+            yield self
+        finally:
+            self.deadline, self.wall_deadline = kept
+
     def clock(self) -> float:
         return self.t0 + self.spent + (self.runner.charged if self.runner else 0.0)
 
@@ -349,7 +365,7 @@ class Session:
 
     def _start(self):
         if self.hard_deadline - time.monotonic() <= 0 or self.deadline - self.clock() <= 0:
-            raise RunnerDied("budget")
+            raise BudgetExceeded()
         if self.runner is not None:
             self.spent += self.runner.charged
             self.runner = None
@@ -361,7 +377,7 @@ class Session:
             self.runner = Runner(trusted=self.trusted, start_timeout=start, kill_at=kill_at)
         except SandboxUnavailable:
             if start < START_SECONDS and time.monotonic() >= self.hard_deadline:
-                raise RunnerDied("budget") from None  # the backstop, not the sandbox, stopped it
+                raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
             raise
 
     def _build(self):
@@ -378,17 +394,16 @@ class Session:
                         reply, _ = self.request(
                             {"op": "exec", "cell": gid, "source": source}, timeout
                         )
-                    except RunnerDied as err:
-                        if str(err) == "budget":
-                            self.bad_cells[gid] = (
-                                "did not run: the submission's time budget ran out"
-                            )
-                        elif str(err) == "timeout":
-                            self.bad_cells[gid] = f"did not finish within {max(timeout, 0):.0f} s"
-                        else:
-                            self.bad_cells[gid] = (
-                                "stopped the Python process (a crash, os._exit, or the memory limit)"
-                            )
+                    except BudgetExceeded:
+                        self.bad_cells[gid] = "did not run: the submission's time budget ran out"
+                        raise
+                    except CallTimeout:
+                        self.bad_cells[gid] = f"did not finish within {max(timeout, 0):.0f} s"
+                        raise
+                    except RunnerDied:
+                        self.bad_cells[gid] = (
+                            "stopped the Python process (a crash, os._exit, or the memory limit)"
+                        )
                         raise
                     if not reply.get("ok"):
                         self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
@@ -403,24 +418,22 @@ class Session:
                 raise
 
     def request(self, header: dict, timeout: float, blobs=()):
-        """One request under the deadlines: RunnerDied("budget") without sending when no time is left.
+        """One request under the deadlines: BudgetExceeded without sending when no time is left.
 
         ``timeout`` is charged seconds; its wall-clock backstop is WALL_FACTOR times longer."""
         left, wall_left = self.deadline - self.clock(), self.wall_deadline - time.monotonic()
         if left <= 0 or wall_left <= 0:
-            raise RunnerDied("budget")
+            raise BudgetExceeded()
         if self.runner is None or self.runner.dead:
-            raise RunnerDied("died")
+            raise Crashed()
         wall = timeout * WALL_FACTOR
         try:
             return self.runner.request(
                 header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
             )
-        except RunnerDied as err:
-            if str(err) == "timeout" and (left <= timeout or wall_left <= wall):
-                raise RunnerDied(
-                    "budget"
-                ) from None  # it was the budget that ran out, not this request's time
+        except CallTimeout:
+            if left <= timeout or wall_left <= wall:  # the budget ran out, not this request's time
+                raise BudgetExceeded() from None
             raise
 
     def ensure(self):
@@ -453,19 +466,17 @@ class Session:
         timeout = min(CALL_SECONDS, self.left())
         try:
             reply, rblobs = self.request(header, CALL_SECONDS, blobs)
-        except RunnerDied as err:
-            if str(err) == "budget":
-                raise AssertionError(
-                    f"not finished: the time budget of this submission ran out before {name} was called"
-                ) from None
-            if str(err) == "timeout":
-                raise AssertionError(
-                    f"calling {name} did not return within {max(timeout, 0):.0f} s (an endless loop?)"
-                ) from None
-            if str(err) == "memory limit":
-                raise AssertionError(
-                    f"calling {name} went over the sandbox's memory limit"
-                ) from None
+        except BudgetExceeded:
+            raise AssertionError(
+                f"not finished: the time budget of this submission ran out before {name} was called"
+            ) from None
+        except CallTimeout:
+            raise AssertionError(
+                f"calling {name} did not return within {max(timeout, 0):.0f} s (an endless loop?)"
+            ) from None
+        except MemoryLimit:
+            raise AssertionError(f"calling {name} went over the sandbox's memory limit") from None
+        except RunnerDied:
             raise AssertionError(
                 f"the process running {name} died (a crash, os._exit, or the memory limit)"
             ) from None
@@ -555,11 +566,11 @@ class Remote:
             reply, rblobs = self.session.request(
                 {"op": "getattr", "target": self.handle, "name": attr}, CALL_SECONDS
             )
-        except RunnerDied as err:
-            if str(err) == "budget":
-                raise AssertionError(
-                    f"not finished: the time budget ran out before {self.name}.{attr} was read"
-                ) from None
+        except BudgetExceeded:
+            raise AssertionError(
+                f"not finished: the time budget ran out before {self.name}.{attr} was read"
+            ) from None
+        except RunnerDied:
             raise AssertionError(
                 f"the process running {self.name} died or hung reading .{attr}"
             ) from None
@@ -690,9 +701,9 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     try:
         session.ensure()
         defined = session.defined(list(plan.student_names))
-    except RunnerDied as err:
-        if str(err) == "budget":
-            return verdict(False, "not run: the time budget for this submission ran out")
+    except BudgetExceeded:
+        return verdict(False, "not run: the time budget for this submission ran out")
+    except RunnerDied:
         return verdict(
             False, "not run: the notebook's code crashes, hangs or breaks the Python process"
         )
@@ -711,13 +722,8 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             return verdict(False, f"{name} is not available ({proxies[name].reason})")
     call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
-    kept = session.deadline, session.wall_deadline
-    session.deadline = min(deadline, session.clock() + CHECK_SECONDS)
-    session.wall_deadline = min(
-        session.hard_deadline, time.monotonic() + CHECK_SECONDS * WALL_FACTOR
-    )
     try:
-        with torch.random.fork_rng():
+        with session.within(CHECK_SECONDS), torch.random.fork_rng():
             torch.manual_seed(seed)
             check.fn(*call_args, seed=seed)
         return verdict(True, "passed")
@@ -732,8 +738,6 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             False,
             f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
         )
-    finally:
-        session.deadline, session.wall_deadline = kept
 
 
 def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:

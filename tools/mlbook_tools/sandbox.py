@@ -44,6 +44,15 @@ import threading
 import time
 
 from mlbook_tools import protocol
+from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named where they are raised
+    CallTimeout,
+    Crashed,
+    MemoryLimit,
+    ProtocolBroken,
+    RemoteError,
+    RunnerDied,
+    SandboxUnavailable,
+)
 
 RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
 MAX_REPLY = protocol.MAX_REPLY
@@ -59,18 +68,6 @@ LIMITS = {  # per sandbox (the cgroup) and per process (rlimits)
 }
 TMP_BYTES = 256 * 1024**2
 SHM_BYTES = 16 * 1024**2
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap cannot start here; grading stops unless the instructor opts out."""
-
-
-class RemoteError(Exception):
-    """The student's code raised (message in the student's terms)."""
-
-
-class RunnerDied(Exception):
-    """The sandboxed process died, missed its deadline or broke the protocol; it must be restarted."""
 
 
 @functools.cache
@@ -594,7 +591,7 @@ class Runner:
         ran or slept, never the time it waited for a CPU held by someone else), so a busy machine does not
         change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops."""
         if self.dead:
-            raise RunnerDied("died")
+            raise Crashed()
         wall_deadline = time.monotonic() + (timeout if wall_timeout is None else wall_timeout)
         if self.kill_at is not None:
             wall_deadline = min(wall_deadline, self.kill_at)
@@ -613,21 +610,23 @@ class Runner:
             protocol.check_reply(reply, header.get("op"), len(rblobs))
             self.charged += self._charged(s0, self._sample())
             return reply, rblobs
-        except TimeoutError:
-            why = "timeout"
+        except (
+            TimeoutError
+        ):  # the protocol's reader (inside the trust boundary) knows no grader types
+            failure: RunnerDied = CallTimeout()
         except protocol.ProtocolError as err:
-            why = f"broke the protocol ({err})"
+            failure = ProtocolBroken(f"broke the protocol ({err})")
         except (EOFError, OSError, ValueError):
-            why = "died"
+            failure = Crashed()
         except BaseException:
             self.close()
             raise
         if s0 is not None:
             self.charged += self._charged(s0, self._sample())
         self.close()
-        if why == "died" and self.oom:
-            why = "memory limit"
-        raise RunnerDied(why)
+        if isinstance(failure, Crashed) and self.oom:
+            failure = MemoryLimit()
+        raise failure
 
     def kill(self):
         """SIGKILL the sandbox and everything in its cgroup (safe from any thread)."""

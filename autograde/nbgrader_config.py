@@ -52,6 +52,11 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# Grading limits (time budgets, sandbox memory and processes, submission sizes): every name, its default
+# and what it bounds is in mlbook_tools/limits.py (GradingLimits). Set any of them here, e.g.
+# {"memory_bytes": 2 * 1024**3, "cell_seconds": 30}; `mlbook grade`, `mlbook grade-class` and
+# `nbgrader autograde` all read this, `--limit NAME=VALUE` overrides it; an unknown name is refused.
+c.SandboxedExecute.limits = {}
 
 # Export: core points and the optional extra credit (grade ids ex*) in separate columns.
 c.ExportApp.plugin_class = CoreExtraCsvExport

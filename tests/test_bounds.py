@@ -3,7 +3,7 @@
 A submission past a bound (file size, cells, stored outputs, cell sources, JSON nesting) is refused with
 one "too large: ..." line within a second or two, recorded as that student's grade, in all three entry
 points: ``mlbook grade``, ``mlbook grade-class`` and ``nbgrader autograde`` (formgrader's Autograde
-button). A grade never runs past its wall-clock backstop (WALL_FACTOR x the budget, counted from
+button). A grade never runs past its wall-clock backstop (wall_factor x the budget, counted from
 reading the file) + 5 s, in the same three.
 """
 
@@ -21,12 +21,13 @@ from mlbook_tools import cli, driver, grading, sandbox
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from traitlets.config import Configurable
 
 ROOT = layout().root
 NB = "rlhf_ppo"
 SOLVED = ROOT / "solutions" / "notebooks" / f"{NB}.ipynb"
-BUDGET = 4.0  # charged seconds for the backstop tests: their backstop is BUDGET * WALL_FACTOR
+BUDGET = 4.0  # charged seconds for the backstop tests: their backstop is BUDGET * wall_factor
 needs_sandbox = pytest.mark.skipif(
     sandbox.check_available() is not None, reason="bubblewrap cannot start here"
 )
@@ -228,7 +229,7 @@ def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_
     path.write_text(_sleeper())
     t0 = time.monotonic()
     result = grading.grade_notebook(path, NB, timeout=BUDGET)
-    assert time.monotonic() - t0 <= BUDGET * driver.WALL_FACTOR + 5
+    assert time.monotonic() - t0 <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
     assert result["score"] == 0 and result["problems"]
 
 
@@ -238,7 +239,9 @@ def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, 
     results = grade_class(
         course, NB, workers=1, progress=False, out=open(os.devnull, "w"), budget=BUDGET
     )
-    assert results["sleeper"]["seconds"] <= BUDGET * driver.WALL_FACTOR + 5, results["sleeper"]
+    assert results["sleeper"]["seconds"] <= BUDGET * DEFAULT_LIMITS.wall_factor + 5, results[
+        "sleeper"
+    ]
     assert not results["sleeper"].get("ungraded")
     # nbgrader autograde: the refused one costs only nbgrader's own start and writing (the baseline)
     t0 = time.monotonic()
@@ -246,5 +249,5 @@ def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, 
     baseline = time.monotonic() - t0
     t0 = time.monotonic()
     run_nbgrader(["autograde", NB, "--force", "--student=sleeper"], course)
-    assert time.monotonic() - t0 - baseline <= BUDGET * driver.WALL_FACTOR + 5
+    assert time.monotonic() - t0 - baseline <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
     assert read_scores(course / "gradebook.db", NB, "sleeper")["score"] == 0

@@ -29,10 +29,7 @@ import time
 import traceback
 
 from mlbook_tools import driver, grading, manual_audit, sandbox
-
-ATTEMPTS = 2  # gradings of one submission before it is reported ungraded
-WORKER_SLACK = 90.0  # seconds a worker may take beyond the budget (start-up, notebook writing)
-
+from mlbook_tools.limits import GradingLimits
 
 # ------------------------------------------------------------------------------ the worker process
 
@@ -46,13 +43,7 @@ def worker_main() -> None:
 
     torch.set_num_threads(1)
     init = json.loads(sys.stdin.readline())
-    for key, value in init[
-        "limits"
-    ].items():  # {"CELL_SECONDS": 8, "sandbox.memory_bytes": ...}: tests
-        if key.startswith("sandbox."):
-            sandbox.LIMITS[key.split(".", 1)[1]] = value
-        else:
-            setattr(driver, key, value)
+    init["limits"] = GradingLimits.from_dict(init["limits"])  # plain JSON in, every name checked
     source_nb, checks, secret = grading.load_course(
         pathlib.Path(init["course"]), init["assignment"]
     )
@@ -68,14 +59,15 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
     try:
         import nbformat
 
-        wall = t0 + init["budget"] * driver.WALL_FACTOR  # the backstop counts from reading the file
+        limits: GradingLimits = init["limits"]
+        wall = t0 + limits.budget_seconds * limits.wall_factor  # counted from reading the file
         try:
-            text = driver.read_submission(path)  # bounded before it is read whole or parsed
+            text = driver.read_submission(path, limits)  # bounded before it is read whole or parsed
         except driver.TooLarge as err:
             result, plan = grading.refused_result(source_nb, err), None
         else:
             result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
-                                                    budget=init["budget"], wall_deadline=wall)  # fmt: skip
+                                                    wall_deadline=wall, limits=limits)  # fmt: skip
         notebook = grading.autograded_notebook(source_nb, plan, result)
         result["notebook"] = nbformat.writes(notebook)
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
@@ -156,7 +148,7 @@ class _Worker:
         self.proc.wait()
 
 
-def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
+def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, attempts: int):
     """One parent thread: take jobs, grade them on its worker, retry what was not a grade."""
     worker = None
     try:
@@ -173,10 +165,10 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
                 continue
             worker.kill()  # a fresh worker for the retry (and for whatever comes next)
             worker = None
-            if attempt + 1 < ATTEMPTS:
+            if attempt + 1 < attempts:
                 jobs.put((student, path, fp, attempt + 1))
             else:
-                why = f"UNGRADED after {ATTEMPTS} attempts: {reply['why']}"
+                why = f"UNGRADED after {attempts} attempts: {reply['why']}"
                 done.put(
                     (
                         student,
@@ -194,16 +186,18 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
             worker.stop()
 
 
-def _head(path: pathlib.Path) -> bytes:
+def _head(path: pathlib.Path, limits: GradingLimits) -> bytes:
     """The file's bytes up to one past the bound, and its size: what a grading of it reads."""
     with open(path, "rb") as fh:
-        return (
-            fh.read(driver.MAX_NOTEBOOK_BYTES + 1) + f"\0{os.fstat(fh.fileno()).st_size}".encode()
-        )
+        head = fh.read(limits.max_notebook_bytes + 1)
+        return head + f"\0{os.fstat(fh.fileno()).st_size}".encode()
 
 
-def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
+def _fingerprint(
+    text: bytes, checks: pathlib.Path, source: pathlib.Path, limits: GradingLimits
+) -> str:
     h = hashlib.sha256()
+    h.update(json.dumps(limits.to_dict(), sort_keys=True).encode())  # other limits, another grade
     engine = sorted(pathlib.Path(driver.__file__).parent.glob("*.py"))  # the grader's own code
     for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in engine)):
         h.update(hashlib.sha256(part).digest())
@@ -211,13 +205,19 @@ def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str
 
 
 def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int | None = None, force: bool = False,
-                trusted: bool = False, budget: float = driver.BUDGET_SECONDS, progress: bool = True,
-                out=sys.stdout, limits: dict | None = None) -> dict:  # fmt: skip
-    """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks."""
+                trusted: bool = False, budget: float | None = None, progress: bool = True,
+                out=sys.stdout, limits: GradingLimits | None = None) -> dict:  # fmt: skip
+    """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks.
+
+    ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
+    replaces their ``budget_seconds``."""
     from nbgrader.api import Gradebook, MissingEntry
 
     course = pathlib.Path(course).resolve()
     require_course(course, assignment)  # before anything is written (a stray gradebook.db)
+    limits = limits or grading.course_limits(course)
+    if budget:
+        limits = limits.replace(budget_seconds=float(budget))
     source = course / "source" / assignment / f"{assignment}.ipynb"
     if not trusted:
         why = sandbox.check_available()
@@ -242,7 +242,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     jobs, results = [], {}
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
-        fp = _fingerprint(_head(nb_path), checks_path, source)
+        fp = _fingerprint(_head(nb_path, limits), checks_path, source, limits)
         state = state_dir / f"{student}.json"
         if not force and state.exists():
             try:
@@ -261,14 +261,19 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
-    init = {"course": str(course), "assignment": assignment, "trusted": trusted, "budget": budget,
-            "limits": limits or {}}  # fmt: skip
-    timeout = budget * driver.WALL_FACTOR + driver.GRACE_SECONDS + WORKER_SLACK
+    init = {
+        "course": str(course),
+        "assignment": assignment,
+        "trusted": trusted,
+        "limits": limits.to_dict(),
+    }
+    timeout = (limits.budget_seconds * limits.wall_factor + limits.grace_seconds
+               + limits.worker_slack_seconds)  # fmt: skip
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for student, path, fp in jobs:
         todo.put((student, path, fp, 0))
-    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout), daemon=True)
+    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout, limits.attempts), daemon=True)
                for _ in range(min(workers, max(len(jobs), 1)))]  # fmt: skip
     for t in threads:
         t.start()

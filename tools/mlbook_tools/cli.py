@@ -14,6 +14,10 @@ mlbook grade-class [--course DIR] [--workers N] [--force]
 
 Grading runs student code only inside a bubblewrap sandbox; if the sandbox cannot start, grading
 stops and says why. --no-sandbox (or MLBOOK_TRUSTED=1) runs it unconfined, for trusted files only.
+
+Grading limits (time, memory, sizes; mlbook_tools/limits.py) come from the course config
+(c.SandboxedExecute.limits in nbgrader_config.py), then `--limit NAME=VALUE` (repeatable) on
+`grade` and `grade-class`. An unknown name is refused. `mlbook grade --help` lists them.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def _main(argv: list[str] | None = None) -> int:
         help="budget for the whole notebook: seconds of the sandbox's own time (CPU, or running or "
         "sleeping; not waiting for a busy machine's CPUs); the wall-clock backstop is 3x it",
     )
+    _limit_option(g)
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
@@ -97,6 +102,7 @@ def _main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds of the sandbox's own time per submission (see grade --timeout; backstop 3x)",
     )
+    _limit_option(c)
     c.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
     )
@@ -177,6 +183,7 @@ def _main(argv: list[str] | None = None) -> int:
         return build(check=args.check, execute=not args.no_execute)
 
     from mlbook_tools import driver, sandbox
+    from mlbook_tools.grading import course_limits
 
     trusted = sandbox.trusted_mode(args.no_sandbox)
     if trusted:
@@ -188,24 +195,28 @@ def _main(argv: list[str] | None = None) -> int:
         from mlbook_tools.classgrade import grade_class
 
         course = _course_folder(args.course)
-        kwargs = {"budget": args.budget} if args.budget else {}
+        limits = course_limits(course).with_options(args.limit)
         try:
-            results = grade_class(
-                course, args.assignment, args.workers, args.force, trusted, **kwargs
-            )
+            results = grade_class(course, args.assignment, args.workers, args.force, trusted,
+                                  budget=args.budget, limits=limits)  # fmt: skip
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return _class_summary(results)
 
+    from mlbook_tools.config import layout
     from mlbook_tools.grading import grade_notebook
     from mlbook_tools.progress import stage
+
+    limits = course_limits(layout().course).with_options(args.limit)
 
     stage(
         f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
     )
     try:
-        result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
+        result = grade_notebook(
+            args.path, args.assignment, args.timeout, trusted=trusted, limits=limits
+        )
     except sandbox.SandboxUnavailable as err:
         print(
             f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.",
@@ -221,6 +232,21 @@ def _main(argv: list[str] | None = None) -> int:
     else:
         print_report(result)
     return 1 if result.get("error") else 0
+
+
+def _limit_option(parser) -> None:
+    from mlbook_tools.limits import DEFAULT
+
+    names = ", ".join(f"{k}={v}" for k, v in DEFAULT.to_dict().items())
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one grading limit (repeatable; over the course config's "
+        f"c.SandboxedExecute.limits). Names and defaults: {names}. "
+        "Each is described in mlbook_tools/limits.py",
+    )
 
 
 def _course_folder(given: str | None) -> pathlib.Path:

@@ -46,67 +46,55 @@ from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, Sandbox
     SandboxUnavailable,
     TooLarge,
 )
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
 from mlbook_tools.sandbox import Runner
 
 EXTRA_PREFIX = "ex"
-# Budgets, in seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
-# time it ran or slept inside a request, never time it waited for a CPU held by other processes, so a
-# busy machine does not change a grade. Each has a wall-clock backstop WALL_FACTOR times larger.
-CELL_SECONDS = 20.0  # one solution cell while the namespace is built
-CALL_SECONDS = 10.0  # one call into the student's code
-CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
-BUDGET_SECONDS = 300.0  # one submission, all checks
-WALL_FACTOR = 3.0  # wall-clock backstop = this x a budget (per submission: from reading the file)
-START_SECONDS = 60.0  # wall clock for a sandbox to start (bubblewrap, import torch)
-GRACE_SECONDS = 5.0  # past the wall backstop + grace the watchdog kills the sandbox
 SECRET_FILE = "grading_secret.txt"
-# Bounds on a submission, checked before it is parsed (past one: "too large: ...", nothing is run)
-MAX_NOTEBOOK_BYTES = 20 * 1024**2  # the file (checked before it is read whole)
-MAX_CELLS = 2000  # cells (counted in the raw text first, then exactly)
-MAX_OUTPUT_BYTES = 16 * 1024**2  # text of every stored output together
-MAX_SOURCE_BYTES = 4 * 1024**2  # every cell's source together (code is sent to the sandbox and run)
-MAX_JSON_DEPTH = 64  # nesting of the notebook's JSON
 
 
 def _mb(n: int) -> str:
     return f"{n / 1024**2:.1f} MB"
 
 
-def read_submission(path) -> str:
-    """The text of a submission file; a file past MAX_NOTEBOOK_BYTES is refused without reading it whole."""
+def read_submission(path, limits: GradingLimits = DEFAULT_LIMITS) -> str:
+    """The text of a submission file; a file past ``max_notebook_bytes`` is refused without reading it whole."""
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(MAX_NOTEBOOK_BYTES + 1)
+            head = fh.read(limits.max_notebook_bytes + 1)
     except OSError as err:
         raise CannotGrade(f"cannot read {path}: {err}") from None
-    _check_raw(head, size)
+    _check_raw(head, size, limits)
     return head.decode("utf-8", errors="replace")
 
 
-def _check_raw(raw: bytes | str, size: int) -> None:
+def _check_raw(raw: bytes | str, size: int, limits: GradingLimits = DEFAULT_LIMITS) -> None:
     """Size and cell count of the raw text (milliseconds, nothing parsed): TooLarge past a bound."""
     key = b'"cell_type"' if isinstance(raw, bytes) else '"cell_type"'
-    cells = raw[: MAX_NOTEBOOK_BYTES + 1].count(
+    cells = raw[: limits.max_notebook_bytes + 1].count(
         key
     )  # a key; inside a JSON string its quotes are escaped
     more = "+" if size > len(raw) else ""
-    if cells > MAX_CELLS:
+    if cells > limits.max_cells:
         raise TooLarge(
-            f"too large: {cells}{more} cells (limit {MAX_CELLS}), {_mb(size)}; nothing was run"
+            f"too large: {cells}{more} cells (limit {limits.max_cells}), {_mb(size)}; nothing was run"
         )
-    if size > MAX_NOTEBOOK_BYTES:
-        raise TooLarge(f"too large: {_mb(size)} (limit {_mb(MAX_NOTEBOOK_BYTES)}); nothing was run")
+    if size > limits.max_notebook_bytes:
+        raise TooLarge(
+            f"too large: {_mb(size)} (limit {_mb(limits.max_notebook_bytes)}); nothing was run"
+        )
 
 
-def _check_parsed(data) -> None:
+def _check_parsed(data, limits: GradingLimits = DEFAULT_LIMITS) -> None:
     """Nesting, exact cell count, output and source bytes of the parsed JSON: TooLarge past a bound."""
     stack, outputs, sources = [(data, 0, False)], 0, 0
     while stack:
         x, depth, in_output = stack.pop()
-        if depth > MAX_JSON_DEPTH:
+        if depth > limits.max_json_depth:
             raise TooLarge(
-                f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+                f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
             )
         if isinstance(x, dict):
             stack += [(v, depth + 1, in_output or k == "outputs") for k, v in x.items()]
@@ -116,8 +104,10 @@ def _check_parsed(data) -> None:
             outputs += len(x)
     cells = data.get("cells") if isinstance(data, dict) else None
     if isinstance(cells, list):
-        if len(cells) > MAX_CELLS:
-            raise TooLarge(f"too large: {len(cells)} cells (limit {MAX_CELLS}); nothing was run")
+        if len(cells) > limits.max_cells:
+            raise TooLarge(
+                f"too large: {len(cells)} cells (limit {limits.max_cells}); nothing was run"
+            )
         for cell in cells:
             src = cell.get("source", "") if isinstance(cell, dict) else ""
             sources += (
@@ -125,30 +115,30 @@ def _check_parsed(data) -> None:
                 if isinstance(src, list)
                 else len(str(src))
             )
-    if outputs > MAX_OUTPUT_BYTES:
+    if outputs > limits.max_output_bytes:
         raise TooLarge(
-            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(MAX_OUTPUT_BYTES)}); nothing was run"
+            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(limits.max_output_bytes)}); nothing was run"
         )
-    if sources > MAX_SOURCE_BYTES:
+    if sources > limits.max_source_bytes:
         raise TooLarge(
-            f"too large: {_mb(sources)} of cell sources (limit {_mb(MAX_SOURCE_BYTES)}); nothing was run"
+            f"too large: {_mb(sources)} of cell sources (limit {_mb(limits.max_source_bytes)}); nothing was run"
         )
 
 
-def check_bounds(text: str) -> None:
-    """Every MAX_* bound of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
-    _check_raw(text, len(text))
+def check_bounds(text: str, limits: GradingLimits = DEFAULT_LIMITS) -> None:
+    """Every size bound of ``limits`` (max_*) of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
+    _check_raw(text, len(text), limits)
     try:
         data = json.loads(text)
     except RecursionError:
         raise TooLarge(
-            f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+            f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
         ) from None
     except ValueError as err:
         raise CannotGrade(
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
-    _check_parsed(data)
+    _check_parsed(data, limits)
 
 
 # ------------------------------------------------------------------------------- the course secret
@@ -227,7 +217,9 @@ def _defined_names(source: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
 
 
-def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
+def make_plan(
+    source_nb: nbformat.NotebookNode, submission_text: str, limits: GradingLimits = DEFAULT_LIMITS
+) -> Plan:
     """The cells ``nbgrader autograde`` would run, in notebook order, each whole; every kind of damage noted.
 
     Read-only cells come from the course's SOURCE notebook (a student's edit is undone, as nbgrader
@@ -235,7 +227,7 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
     are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
     """
     problems = []
-    check_bounds(submission_text)
+    check_bounds(submission_text, limits)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
@@ -323,17 +315,16 @@ class Session:
     ``deadline`` is the submission's budget on the session's clock (``clock()``: time.monotonic() at the
     start plus the seconds charged to the sandbox since, so a busy machine does not spend it): every
     cell, call and attribute read checks it first and gets at most what is left (no floor).
-    ``wall_deadline`` (time.monotonic, default WALL_FACTOR x the budget) is the wall-clock backstop;
-    past it + GRACE_SECONDS a watchdog kills the sandbox whatever is running. ``self.deadline`` and
+    ``wall_deadline`` (time.monotonic, default ``wall_factor`` x the budget) is the wall-clock backstop;
+    past it + ``grace_seconds`` a watchdog kills the sandbox whatever is running. ``self.deadline`` and
     ``self.wall_deadline`` are lowered for one check by ``within``."""
 
-    def __init__(
-        self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None
-    ):
-        self.plan, self.trusted, self.deadline = plan, trusted, deadline
+    def __init__(self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None,
+                 limits: GradingLimits = DEFAULT_LIMITS):  # fmt: skip
+        self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         if wall_deadline is None:
-            wall_deadline = self.t0 + (deadline - self.t0) * WALL_FACTOR
+            wall_deadline = self.t0 + (deadline - self.t0) * limits.wall_factor
         self.wall_deadline = self.hard_deadline = wall_deadline  # hard_deadline never moves
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
@@ -344,10 +335,12 @@ class Session:
     @contextmanager
     def within(self, seconds: float):
         """Lower both deadlines for one block (a check): at most ``seconds`` charged, ``seconds`` x
-        WALL_FACTOR of wall clock, never past the submission's own; both are restored on the way out."""
+        ``wall_factor`` of wall clock, never past the submission's own; both are restored on the way out."""
         kept = self.deadline, self.wall_deadline
         self.deadline = min(self.deadline, self.clock() + seconds)
-        self.wall_deadline = min(self.hard_deadline, time.monotonic() + seconds * WALL_FACTOR)
+        self.wall_deadline = min(
+            self.hard_deadline, time.monotonic() + seconds * self.limits.wall_factor
+        )
         try:
             yield self
         finally:
@@ -369,14 +362,21 @@ class Session:
         if self.runner is not None:
             self.spent += self.runner.charged
             self.runner = None
-        kill_at = None if math.isinf(self.hard_deadline) else self.hard_deadline + GRACE_SECONDS
+        kill_at = (
+            None
+            if math.isinf(self.hard_deadline)
+            else self.hard_deadline + self.limits.grace_seconds
+        )
+        start_seconds = self.limits.start_seconds
         start = min(
-            START_SECONDS, self.hard_deadline - time.monotonic()
-        )  # a start ends at the backstop too
+            start_seconds, self.hard_deadline - time.monotonic()
+        )  # ends at the backstop too
         try:
-            self.runner = Runner(trusted=self.trusted, start_timeout=start, kill_at=kill_at)
+            self.runner = Runner(
+                trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
+            )
         except SandboxUnavailable:
-            if start < START_SECONDS and time.monotonic() >= self.hard_deadline:
+            if start < start_seconds and time.monotonic() >= self.hard_deadline:
                 raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
             raise
 
@@ -387,9 +387,8 @@ class Session:
                 for gid, source, _trusted in self.plan.cells:
                     if gid in self.bad_cells:
                         continue
-                    timeout = min(
-                        CELL_SECONDS, self.left()
-                    )  # read-only cells too: they may call student code
+                    # read-only cells too: they may call student code
+                    timeout = min(self.limits.cell_seconds, self.left())
                     try:
                         reply, _ = self.request(
                             {"op": "exec", "cell": gid, "source": source}, timeout
@@ -420,13 +419,13 @@ class Session:
     def request(self, header: dict, timeout: float, blobs=()):
         """One request under the deadlines: BudgetExceeded without sending when no time is left.
 
-        ``timeout`` is charged seconds; its wall-clock backstop is WALL_FACTOR times longer."""
+        ``timeout`` is charged seconds; its wall-clock backstop is ``wall_factor`` times longer."""
         left, wall_left = self.deadline - self.clock(), self.wall_deadline - time.monotonic()
         if left <= 0 or wall_left <= 0:
             raise BudgetExceeded()
         if self.runner is None or self.runner.dead:
             raise Crashed()
-        wall = timeout * WALL_FACTOR
+        wall = timeout * self.limits.wall_factor
         try:
             return self.runner.request(
                 header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
@@ -463,9 +462,9 @@ class Session:
         header = {"op": "call", "target": target, "method": method, "args": enc_args, "kwargs": enc_kwargs,
                   "attrs": list(attrs)}  # fmt: skip
         name = target if isinstance(target, str) else "your code"
-        timeout = min(CALL_SECONDS, self.left())
+        timeout = min(self.limits.call_seconds, self.left())
         try:
-            reply, rblobs = self.request(header, CALL_SECONDS, blobs)
+            reply, rblobs = self.request(header, self.limits.call_seconds, blobs)
         except BudgetExceeded:
             raise AssertionError(
                 f"not finished: the time budget of this submission ran out before {name} was called"
@@ -564,7 +563,8 @@ class Remote:
             raise AttributeError(attr)
         try:
             reply, rblobs = self.session.request(
-                {"op": "getattr", "target": self.handle, "name": attr}, CALL_SECONDS
+                {"op": "getattr", "target": self.handle, "name": attr},
+                self.session.limits.call_seconds,
             )
         except BudgetExceeded:
             raise AssertionError(
@@ -628,20 +628,20 @@ class Verdict:
 
 
 def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
-               budget: float = BUDGET_SECONDS, wall_deadline: float | None = None) -> dict:  # fmt: skip
+               wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> dict:  # fmt: skip
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
 
-    ``budget``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the backstop, by
-    default WALL_FACTOR x budget from now (the entry points pass one counted from reading the file)."""
+    ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
+    backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
     t_start = time.monotonic()
-    deadline = t_start + budget
+    deadline = t_start + limits.budget_seconds
     if wall_deadline is None:
-        wall_deadline = t_start + budget * WALL_FACTOR
+        wall_deadline = t_start + limits.budget_seconds * limits.wall_factor
     verdicts: list[Verdict] = []
     session = None
     try:
-        session = Session(plan, trusted, deadline, wall_deadline)
+        session = Session(plan, trusted, deadline, wall_deadline, limits)
     except RunnerDied:
         plan.problems.append(
             "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"
@@ -723,7 +723,7 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
     try:
-        with session.within(CHECK_SECONDS), torch.random.fork_rng():
+        with session.within(session.limits.check_seconds), torch.random.fork_rng():
             torch.manual_seed(seed)
             check.fn(*call_args, seed=seed)
         return verdict(True, "passed")

@@ -27,10 +27,12 @@ from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import GetGrades, SaveAutoGrades
-from traitlets import Float
+from traitlets import Dict, Float, validate
 
 from mlbook_tools.config import layout
 from mlbook_tools.inert import csv_cell
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
 
 CODE_STUB = (
     '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
@@ -144,8 +146,18 @@ class SandboxedExecute(Preprocessor):
     budget = Float(
         None,
         allow_none=True,
-        help="charged seconds per submission (default: the engine's BUDGET_SECONDS)",
+        help="charged seconds per submission (default: GradingLimits.budget_seconds)",
     ).tag(config=True)
+    limits = Dict(
+        help="grading limits on top of GradingLimits' defaults (mlbook_tools/limits.py), e.g. "
+        '{"memory_bytes": 2 * 1024**3, "cell_seconds": 30}; an unknown name is refused. '
+        "`mlbook grade` and `mlbook grade-class` read them too.",
+    ).tag(config=True)
+
+    @validate("limits")
+    def _known_limits(self, proposal):
+        GradingLimits.from_dict(proposal["value"])  # UnknownLimit names the key and the known ones
+        return proposal["value"]
 
     def preprocess(self, nb, resources):
         import nbformat
@@ -155,7 +167,9 @@ class SandboxedExecute(Preprocessor):
         t0 = (
             time.monotonic()
         )  # the wall-clock backstop counts from here (the exporter read the file)
-        budget = self.budget or driver.BUDGET_SECONDS
+        limits = DEFAULT_LIMITS.updated(self.limits)
+        if self.budget:
+            limits = limits.replace(budget_seconds=float(self.budget))
         info = resources["nbgrader"]
         course = (
             pathlib.Path(resources["metadata"]["path"]).resolve().parents[2]
@@ -177,8 +191,9 @@ class SandboxedExecute(Preprocessor):
         if refused:  # the course's release stands in for a submission past a bound: nothing is run
             result = refused_result(source_nb, driver.TooLarge(str(refused)))
         else:
+            wall = t0 + limits.budget_seconds * limits.wall_factor
             result, _ = grade_submission(nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted,
-                                         budget=budget, wall_deadline=t0 + budget * driver.WALL_FACTOR)  # fmt: skip
+                                         wall_deadline=wall, limits=limits)  # fmt: skip
         resources["mlbook_grades"] = result["grades"]
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
@@ -225,11 +240,12 @@ class BoundedNotebookExporter(NotebookExporter):
             size = os.fstat(file_stream.fileno()).st_size
         except (OSError, AttributeError, ValueError):
             size = 0
-        text = file_stream.read(driver.MAX_NOTEBOOK_BYTES + 1)
+        limits = limits_from_config(self.config)
+        text = file_stream.read(limits.max_notebook_bytes + 1)
         sanitizing = getattr(self.parent, "_sanitizing", True)
         try:
-            driver._check_raw(text, max(size, len(text)))
-            driver.check_bounds(text)
+            driver._check_raw(text, max(size, len(text)), limits)
+            driver.check_bounds(text, limits)
         except driver.TooLarge as err:
             return self.from_notebook_node(
                 self._stub(resources, str(err)), resources=resources, **kw
@@ -459,6 +475,25 @@ def load_course(course: pathlib.Path, assignment: str):
     )
 
 
+def limits_from_config(config) -> GradingLimits:
+    """The limits a course's nbgrader config sets (``c.SandboxedExecute.limits`` and ``.budget``)."""
+    section = config.get("SandboxedExecute", {}) if config is not None else {}
+    limits = DEFAULT_LIMITS.updated(section.get("limits") or {})
+    if section.get("budget"):
+        limits = limits.replace(budget_seconds=float(section["budget"]))
+    return limits
+
+
+def course_limits(course: pathlib.Path) -> GradingLimits:
+    """``limits_from_config`` of ``course/nbgrader_config.py``; the defaults where it has none."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = pathlib.Path(course) / "nbgrader_config.py"
+    if not path.is_file():
+        return DEFAULT_LIMITS
+    return limits_from_config(PyFileConfigLoader(path.name, str(path.parent)).load_config())
+
+
 def refused_result(source_nb, err: Exception) -> dict:
     """The result of a file that cannot be graded (unreadable, or past a bound): every test 0, ``err`` its note."""
     from mlbook_tools import driver
@@ -475,20 +510,19 @@ def refused_result(source_nb, err: Exception) -> dict:
 
 
 def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
-                     budget: float | None = None, wall_deadline: float | None = None) -> tuple[dict, object]:  # fmt: skip
+                     wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[dict, object]:  # fmt: skip
     """Grade one notebook's text: (result as ``mlbook grade --json`` prints it, the plan or None).
 
-    ``budget``: charged seconds (driver.BUDGET_SECONDS by default); ``wall_deadline`` (time.monotonic):
-    the wall-clock backstop, which the entry points count from reading the file."""
+    ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
+    backstop, which the entry points count from reading the file."""
     from mlbook_tools import driver
 
     try:
-        plan = driver.make_plan(source_nb, text)
+        plan = driver.make_plan(source_nb, text, limits)
     except driver.CannotGrade as err:
         return refused_result(source_nb, err), None
-    kwargs = {"budget": budget} if budget else {}
     run = driver.grade_plan(
-        plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, **kwargs
+        plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, limits=limits
     )
     result = driver.summarise(run["verdicts"], plan.manual)
     result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
@@ -496,23 +530,27 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     return result, plan
 
 
-def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: int | None = None,
-                   course: pathlib.Path | None = None, trusted: bool = False, student: str = "student") -> dict:  # fmt: skip
+def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: float | None = None,
+                   course: pathlib.Path | None = None, trusted: bool = False, student: str = "student",
+                   limits: GradingLimits | None = None) -> dict:  # fmt: skip
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
 
-    ``timeout``: the charged-seconds budget; the wall-clock backstop (WALL_FACTOR x it) counts from here."""
+    ``limits``: by default the course config's (``course_limits``); ``timeout``, if given, replaces
+    their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here."""
     from mlbook_tools import driver
 
     t0 = time.monotonic()
-    budget = timeout or driver.BUDGET_SECONDS
     course_dir = pathlib.Path(course) if course else layout().course
+    limits = limits or course_limits(course_dir)
+    if timeout:
+        limits = limits.replace(budget_seconds=float(timeout))
     source_nb, checks, secret = load_course(course_dir, assignment)
     try:
-        text = driver.read_submission(path)  # bounded before it is read whole
+        text = driver.read_submission(path, limits)  # bounded before it is read whole
     except driver.TooLarge as err:
         return refused_result(source_nb, err)
-    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, budget=budget,
-                                 wall_deadline=t0 + budget * driver.WALL_FACTOR)  # fmt: skip
+    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, limits=limits,
+                                 wall_deadline=t0 + limits.budget_seconds * limits.wall_factor)  # fmt: skip
     result["seconds"] = round(time.monotonic() - t0, 2)
     return result
 

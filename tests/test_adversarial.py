@@ -178,7 +178,7 @@ def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(graded_clas
         by_itself, _ = grading.grade_submission(
             graded_class.subs[student], source_nb, checks, secret, student
         )
-        assert _verdicts(by_itself) == _verdicts(graded_class.results[student]), student
+        assert _verdicts(by_itself.to_dict()) == _verdicts(graded_class.results[student]), student
     assert (
         graded_class.results["alice"]["score"] == CORE_MAX
         and graded_class.results["bob"]["score"] == 0

@@ -230,7 +230,7 @@ def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_
     t0 = time.monotonic()
     result = grading.grade_notebook(path, NB, timeout=BUDGET)
     assert time.monotonic() - t0 <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
-    assert result["score"] == 0 and result["problems"]
+    assert result.core.score == 0 and result.problems
 
 
 @needs_sandbox

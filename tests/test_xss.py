@@ -30,6 +30,7 @@ import nbformat
 import pytest
 import xss_payloads as X
 from mlbook_tools.config import layout
+from mlbook_tools.result import GradingResult
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BIN = pathlib.Path(sys.executable).parent
@@ -77,7 +78,7 @@ def test_autograded_notebook_keeps_no_active_content():
     )
     text = _payload_text()
     plan = driver.make_plan(source_nb, text)
-    nb = grading.autograded_notebook(source_nb, plan, {"grades": {}, "problems": []})
+    nb = grading.autograded_notebook(source_nb, plan, GradingResult(problems=[]))
     assert sum(c.cell_type == "markdown" and "Added top" in c.source for c in nb.cells) == 1
     assert any(c.get("attachments", {}).get("ok.png") for c in nb.cells)  # a student's PNG stays
     _assert_inert(json.loads(nbformat.writes(nb)))

@@ -30,6 +30,7 @@ import traceback
 
 from mlbook_tools import driver, grading, manual_audit, sandbox
 from mlbook_tools.limits import GradingLimits
+from mlbook_tools.result import BadResult, GradingResult, is_extra
 
 # ------------------------------------------------------------------------------ the worker process
 
@@ -68,13 +69,12 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
         else:
             result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
                                                     wall_deadline=wall, limits=limits)  # fmt: skip
-        notebook = grading.autograded_notebook(source_nb, plan, result)
-        result["notebook"] = nbformat.writes(notebook)
+        notebook = nbformat.writes(grading.autograded_notebook(source_nb, plan, result))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
         return {"status": "internal", "why": f"{type(err).__name__}: {str(err)[:500]}",
                 "trace": traceback.format_exc()[-2000:]}  # fmt: skip
-    result["seconds"] = round(time.monotonic() - t0, 2)
-    return {"status": "graded", "result": result}
+    result.seconds = round(time.monotonic() - t0, 2)
+    return {"status": "graded", "result": result.to_dict(), "notebook": notebook}
 
 
 class _Worker:
@@ -161,8 +161,16 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, att
                 worker = _Worker(init)
             reply = worker.grade(student, path, timeout)
             if reply["status"] == "graded":
-                done.put((student, fp, reply["result"]))
-                continue
+                try:  # plain JSON from the worker, checked (types, totals) before anything is recorded
+                    result = GradingResult.from_dict(reply["result"])
+                    notebook = reply.get("notebook")
+                    if not isinstance(notebook, str | None):
+                        raise BadResult("the autograded notebook is not text")
+                except (BadResult, KeyError) as err:
+                    reply = {"status": "internal", "why": f"the grading worker's result: {err}"}
+                else:
+                    done.put((student, fp, (result, notebook)))
+                    continue
             worker.kill()  # a fresh worker for the retry (and for whatever comes next)
             worker = None
             if attempt + 1 < attempts:
@@ -278,19 +286,22 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     for t in threads:
         t.start()
     for _ in range(len(jobs)):
-        student, fp, result = done.get()
-        if result.get("ungraded"):  # never recorded, never cached: the next run tries again
-            results[student] = result
-            line = f"{student:20s} " + grading.printable("; ".join(result["problems"]))
+        student, fp, got = done.get()
+        if isinstance(
+            got, dict
+        ):  # UNGRADED: never recorded, never cached: the next run tries again
+            results[student] = got
+            line = f"{student:20s} " + grading.printable("; ".join(got["problems"]))
         else:
-            notebook = _marked(result.pop("notebook", None), fp)
+            graded, notebook = got
             try:
-                grading.record(course, assignment, student, result, source_nb, notebook)
-            except Exception as err:  # noqa: BLE001
-                result.setdefault("problems", []).append(
-                    f"could not record the grade: {type(err).__name__}: {err}"
+                grading.record(
+                    course, assignment, student, graded, source_nb, _marked(notebook, fp)
                 )
-            result["fingerprint"] = fp
+            except Exception as err:  # noqa: BLE001
+                graded.problems = [*(graded.problems or []),
+                                   f"could not record the grade: {type(err).__name__}: {err}"]  # fmt: skip
+            result = {**graded.to_dict(), "fingerprint": fp}
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
@@ -392,7 +403,7 @@ def _line(student: str, result: dict) -> str:
     failed = [
         k
         for k, g in result.get("grades", {}).items()
-        if g["score"] < g["max_score"] and not k.startswith("ex")
+        if g["score"] < g["max_score"] and not is_extra(k)
     ]
     text = (f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
             f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s")  # fmt: skip

@@ -23,7 +23,6 @@ Grading limits (time, memory, sizes; mlbook_tools/limits.py) come from the cours
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
@@ -226,12 +225,12 @@ def _main(argv: list[str] | None = None) -> int:
     except (driver.CannotGrade, FileNotFoundError) as err:
         print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
         return 1
-    stage(f"graded in {result.get('seconds', 0):.0f} s")
+    stage(f"graded in {result.seconds or 0:.0f} s")
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(result.to_json(indent=2))
     else:
         print_report(result)
-    return 1 if result.get("error") else 0
+    return 1 if result.error else 0
 
 
 def _limit_option(parser) -> None:
@@ -311,37 +310,37 @@ def _next_commands(out: pathlib.Path) -> str:
     )
 
 
-def print_report(result: dict) -> None:
+def print_report(result) -> None:
     """Every check's message in the student's terms; manual cells marked as awaiting grading.
 
     Messages carry text from the student's code (an exception's message): control characters are
     replaced, so no escape sequence can rewrite what the terminal shows."""
     from mlbook_tools.grading import printable
 
-    if result.get("error"):
-        print(f"cannot grade this file: {printable(result['error'])}")
-    for problem in result.get("problems", []):
-        if problem != result.get("error"):  # a refused file ("too large: ...") is said once, above
+    if result.error:
+        print(f"cannot grade this file: {printable(result.error)}")
+    for problem in result.problems or []:
+        if problem != result.error:  # a refused file ("too large: ...") is said once, above
             print(f"note: {printable(problem)}")
-    for name, g in result["grades"].items():
-        mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
-        print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")
-        if g["score"] < g["max_score"]:
-            print("       " + printable(g["message"]).replace("\n", "\n       "))
-    for name in result.get("manual", []):
+    for name, g in result.grades.items():
+        mark = "ok  " if g.passed else "FAIL"
+        print(f"{mark} {name:50s} {g.score:4g} / {g.max_score:g}")
+        if not g.passed:
+            print("       " + printable(g.message or "").replace("\n", "\n       "))
+    for name in [] if result.error else result.manual:  # a refused file lists none (as before)
         print(f"...  {name:50s} awaiting manual grading")
+    core = result.core
     print(
-        f"core total: {result['score']:g} / {result['max_score']:g}    "
-        + _part("extra credit", result["extra_credit"])
+        f"core total: {core.score:g} / {core.max_score:g}    " + _part("extra credit", result.extra)
     )
 
 
-def _part(label: str, part: dict) -> str:
+def _part(label: str, part) -> str:
     """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
-    text = f"{label}: {part['score']:g} / {part['max_score']:g}"
+    text = f"{label}: {part.score:g} / {part.max_score:g}"
     return text + (
-        f" (awaiting manual grading: {len(part['awaiting_manual'])} answers)"
-        if part.get("awaiting_manual")
+        f" (awaiting manual grading: {len(part.awaiting_manual)} answers)"
+        if part.awaiting_manual
         else ""
     )
 

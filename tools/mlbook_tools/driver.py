@@ -48,9 +48,9 @@ from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, Sandbox
 )
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
+from mlbook_tools.result import is_extra
 from mlbook_tools.sandbox import Runner
 
-EXTRA_PREFIX = "ex"
 SECRET_FILE = "grading_secret.txt"
 
 
@@ -283,7 +283,7 @@ def make_plan(
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(Test(gid, cell_points(cell), gid.startswith(EXTRA_PREFIX)))
+            tests.append(Test(gid, cell_points(cell), is_extra(gid)))
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
             continue
@@ -738,29 +738,3 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             False,
             f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
         )
-
-
-def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = ()) -> dict:
-    """Core (the named tests) and extra credit (``ex*``) apart; written answers count in the maximum
-    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show)."""
-    core = [v for v in verdicts if not v.extra]
-    extra = [v for v in verdicts if v.extra]
-    waiting = {gid: points for gid, points in manual}
-
-    def part(vs, extra_part):
-        mine = {g: p for g, p in waiting.items() if g.startswith(EXTRA_PREFIX) == extra_part}
-        return {"score": sum(v.score for v in vs), "max_score": sum(v.points for v in vs) + sum(mine.values()),
-                "awaiting_manual": sorted(mine)}  # fmt: skip
-
-    return {
-        **part(core, False),
-        "extra_credit": part(extra, True),
-        "grades": {
-            v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message}
-            for v in verdicts
-        },
-    }
-
-
-def to_json(result: dict) -> str:
-    return json.dumps(result, indent=2, default=str)

@@ -33,11 +33,11 @@ from mlbook_tools.config import layout
 from mlbook_tools.inert import csv_cell
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
+from mlbook_tools.result import CellGrade, GradingResult, is_extra
 
 CODE_STUB = (
     '# YOUR CODE HERE\nraise NotImplementedError("replace this line with your implementation")'
 )
-EXTRA_PREFIX = "ex"
 
 
 class RedactHiddenTests(Preprocessor):
@@ -90,22 +90,23 @@ class CoreExtraSummary(Preprocessor):
 
         from mlbook_tools.driver import cell_points
 
-        core, extra, waiting = [0.0, 0.0], [0.0, 0.0], []
+        result = GradingResult()
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
-            part = extra if meta.get("grade_id", "").startswith(EXTRA_PREFIX) else core
-            part[0] += float(meta.get("score") or 0.0)
-            part[1] += cell_points(cell)
+            gid = meta.get("grade_id", "")
+            result.grades[gid] = CellGrade(gid, float(meta.get("score") or 0.0), cell_points(cell),
+                                           awaiting_manual=bool(meta.get("needs_manual_grade")))  # fmt: skip
             meta["points"] = cell_points(cell)  # what the cell may earn, shown next to its score
-            if meta.get("needs_manual_grade"):
-                waiting.append(meta.get("grade_id"))
+            meta["mlbook_extra_credit"] = is_extra(gid)  # the page's label (result.py decides)
+        core, extra = result.core, result.extra
+        waiting = [g.grade_id for g in result.grades.values() if g.awaiting_manual]
         info = resources.setdefault("nbgrader", {})
-        info["score"], info["max_score"] = core
-        info["extra_credit"], info["extra_credit_max"] = extra
+        info["score"], info["max_score"] = core.score, core.max_score
+        info["extra_credit"], info["extra_credit_max"] = extra.score, extra.max_score
         lines = [
-            f"**Core: {core[0]:g} / {core[1]:g} points.** Extra credit: {extra[0]:g} / {extra[1]:g} (optional, counted apart)."
+            f"**Core: {core.score:g} / {core.max_score:g} points.** Extra credit: {extra.score:g} / {extra.max_score:g} (optional, counted apart)."
         ]
         if waiting:
             lines.append("Awaiting manual grading: " + ", ".join(waiting) + ".")
@@ -194,21 +195,14 @@ class SandboxedExecute(Preprocessor):
             wall = t0 + limits.budget_seconds * limits.wall_factor
             result, _ = grade_submission(nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted,
                                          wall_deadline=wall, limits=limits)  # fmt: skip
-        resources["mlbook_grades"] = result["grades"]
+        resources["mlbook_grades"] = result.grades
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
                 continue
             cell.source = _without_hidden(cell.source)
-            got = result["grades"].get(meta.get("grade_id"))
-            if got and got["score"] >= got["max_score"]:
-                cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
-                                                       text=f"passed ({got['score']:g} / {got['max_score']:g})\n")]  # fmt: skip
-            else:
-                message = _cap(got["message"] if got else "not graded")
-                cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
-                                                       traceback=[f"AssertionError: {message}"])]  # fmt: skip
-        notes = [n for n in dict.fromkeys([result.get("error"), *result.get("problems", [])]) if n]
+            cell.outputs = verdict_outputs(result.grades.get(meta.get("grade_id")))
+        notes = [n for n in dict.fromkeys([result.error, *(result.problems or [])]) if n]
         if notes:
             nb.cells.insert(
                 0,
@@ -283,11 +277,11 @@ class SaveAutoGradesExtraCredit(SaveAutoGrades):
         super()._add_score(cell, resources)
         gid = cell.metadata["nbgrader"]["grade_id"]
         got = resources.get("mlbook_grades", {}).get(gid)
-        if gid.startswith(EXTRA_PREFIX) and not cell.metadata["nbgrader"].get("solution") and got:
+        if is_extra(gid) and not cell.metadata["nbgrader"].get("solution") and got:
             grade = self.gradebook.find_grade(
                 gid, self.notebook_id, self.assignment_id, self.student_id
             )
-            grade.auto_score, grade.extra_credit = 0.0, float(got["score"])
+            grade.auto_score, grade.extra_credit = 0.0, float(got.score)
             self.gradebook.db.commit()
 
 
@@ -354,41 +348,16 @@ def export_course(plugin) -> pathlib.Path:
     return pathlib.Path(getattr(getattr(plugin.parent, "coursedir", None), "root", ".") or ".")
 
 
-def submission_scores(submission, points: dict[str, float] | None = None) -> dict:
-    """One nbgrader ``SubmittedAssignment`` as ``mlbook grade`` reports it: core and extra credit apart.
-
-    A cell's score is nbgrader's (manual, else auto, plus ``extra_credit``); its maximum is the
-    course's points (``points``: for extra credit, what it may earn; nbgrader stores 0). A cell
-    that needs manual grading is listed as awaiting it, whatever nbgrader's placeholder 0.0 says.
-    """
-    points = points or {}
-    grades: dict[str, dict] = {}
-    for nb in submission.notebooks:
-        for grade in nb.grades:
-            base = grade.manual_score if grade.manual_score is not None else grade.auto_score
-            # nbgrader's Grade.score drops extra credit typed without a score; here it always counts
-            score = float(base or 0.0) + float(grade.extra_credit or 0.0)
-            grades[grade.name] = {"score": score,
-                                  "max_score": float(points.get(grade.name, grade.max_score))}  # fmt: skip
-            if grade.needs_manual_grade:
-                grades[grade.name]["needs_manual_grade"] = True
-
-    def part(extra):
-        mine = {k: g for k, g in grades.items() if k.startswith(EXTRA_PREFIX) == extra}
-        return {"score": sum(g["score"] for g in mine.values()),
-                "max_score": sum(g["max_score"] for g in mine.values()),
-                "awaiting_manual": sorted(k for k, g in mine.items() if g.get("needs_manual_grade"))}  # fmt: skip
-
-    return {**part(False), "grades": grades, "extra_credit": part(True)}
-
-
 def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
-    """Scores of one submission from an nbgrader gradebook (the course folder holding it), as ``mlbook grade`` sums them."""
+    """Scores of one submission from an nbgrader gradebook (the course folder holding it), as ``mlbook
+    grade`` sums them: ``GradingResult.from_submission``'s JSON form."""
     from nbgrader.api import Gradebook
 
     points = assignment_points(gradebook.parent, assignment)
     with Gradebook(f"sqlite:///{gradebook.resolve()}") as gb:
-        return submission_scores(gb.find_submission(assignment, student), points)
+        return GradingResult.from_submission(
+            gb.find_submission(assignment, student), points
+        ).to_dict()
 
 
 class CoreExtraCsvExport(ExportPlugin):
@@ -414,8 +383,6 @@ class CoreExtraCsvExport(ExportPlugin):
             writer.writeheader()
             for assignment in gradebook.assignments:
                 points = assignment_points(root, assignment.name) or {}
-                core_max = sum(p for g, p in points.items() if not g.startswith(EXTRA_PREFIX))
-                extra_max = sum(p for g, p in points.items() if g.startswith(EXTRA_PREFIX))
                 for student in gradebook.students:
                     row = dict(assignment=assignment.name, student_id=student.id, last_name=student.last_name or "",
                                first_name=student.first_name or "")  # fmt: skip
@@ -424,17 +391,14 @@ class CoreExtraCsvExport(ExportPlugin):
                     except MissingEntry:  # no submission: zero, like nbgrader's own export
                         sub = None
                     if sub is None:
-                        scores = {"score": 0.0, "max_score": core_max,
-                                  "extra_credit": {"score": 0.0, "max_score": extra_max}}  # fmt: skip
-                        manual = False
+                        scores, manual = GradingResult.unsubmitted(points), False
                     else:
-                        scores, manual = (
-                            submission_scores(sub, points),
-                            bool(sub.needs_manual_grade),
-                        )
-                    row.update(score=scores["score"], max_score=scores["max_score"], extra_credit=scores["extra_credit"]["score"],
-                               extra_credit_max=scores["extra_credit"]["max_score"], needs_manual_grade=manual)  # fmt: skip
-                    row.update(standard_columns(assignment, student, sub, scores["score"]))
+                        scores = GradingResult.from_submission(sub, points)
+                        manual = bool(sub.needs_manual_grade)
+                    core, extra = scores.core, scores.extra
+                    row.update(score=core.score, max_score=core.max_score, extra_credit=extra.score,
+                               extra_credit_max=extra.max_score, needs_manual_grade=manual)  # fmt: skip
+                    row.update(standard_columns(assignment, student, sub, core.score))
                     row["status"] = submission_status(root, assignment.name, student.id, sub)
                     writer.writerow(
                         {k: csv_cell(v) for k, v in row.items()}
@@ -494,24 +458,23 @@ def course_limits(course: pathlib.Path) -> GradingLimits:
     return limits_from_config(PyFileConfigLoader(path.name, str(path.parent)).load_config())
 
 
-def refused_result(source_nb, err: Exception) -> dict:
+def refused_result(source_nb, err: Exception) -> GradingResult:
     """The result of a file that cannot be graded (unreadable, or past a bound): every test 0, ``err`` its note."""
     from mlbook_tools import driver
 
     empty = driver.make_plan(
         source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
     )
-    verdicts = [
-        driver.Verdict(t.grade_id, t.points, 0.0, f"not graded: {err}", t.extra)
-        for t in empty.tests
-    ]
-    return {**driver.summarise(verdicts, empty.manual), "error": str(err), "problems": [str(err)], "manual": [], "output": "",
-            "seconds": 0.0}  # fmt: skip
+    grades = {
+        t.grade_id: CellGrade(t.grade_id, 0.0, t.points, f"not graded: {err}") for t in empty.tests
+    }
+    return GradingResult(grades, dict(empty.manual), problems=[str(err)], output="", seconds=0.0,
+                         cell_errors={}, error=str(err))  # fmt: skip
 
 
 def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
-                     wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[dict, object]:  # fmt: skip
-    """Grade one notebook's text: (result as ``mlbook grade --json`` prints it, the plan or None).
+                     wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[GradingResult, object]:  # fmt: skip
+    """Grade one notebook's text: (its GradingResult, the plan or None).
 
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
     backstop, which the entry points count from reading the file."""
@@ -524,15 +487,17 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     run = driver.grade_plan(
         plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, limits=limits
     )
-    result = driver.summarise(run["verdicts"], plan.manual)
-    result.update(problems=run["problems"], manual=[gid for gid, _ in plan.manual], output=run["output"],
-                  seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
+    grades = {
+        v.grade_id: CellGrade(v.grade_id, v.score, v.points, v.message) for v in run["verdicts"]
+    }
+    result = GradingResult(grades, dict(plan.manual), problems=run["problems"], output=run["output"],
+                           seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"])  # fmt: skip
     return result, plan
 
 
 def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: float | None = None,
                    course: pathlib.Path | None = None, trusted: bool = False, student: str = "student",
-                   limits: GradingLimits | None = None) -> dict:  # fmt: skip
+                   limits: GradingLimits | None = None) -> GradingResult:  # fmt: skip
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
 
     ``limits``: by default the course config's (``course_limits``); ``timeout``, if given, replaces
@@ -551,7 +516,7 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
         return refused_result(source_nb, err)
     result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, limits=limits,
                                  wall_deadline=t0 + limits.budget_seconds * limits.wall_factor)  # fmt: skip
-    result["seconds"] = round(time.monotonic() - t0, 2)
+    result.seconds = round(time.monotonic() - t0, 2)
     return result
 
 
@@ -607,7 +572,20 @@ def _inert_attachments(attachments, source: str) -> dict:
     return inert_attachments(attachments, source)
 
 
-def autograded_notebook(source_nb, plan, result: dict):
+def verdict_outputs(grade: CellGrade | None) -> list:
+    """A test cell's outputs for a verdict: ``passed (2 / 2)`` on stdout, else the message as an
+    AssertionError (capped, printable); no verdict at all is "not graded"."""
+    import nbformat
+
+    if grade is not None and grade.passed:
+        return [nbformat.v4.new_output("stream", name="stdout",
+                                       text=f"passed ({grade.score:g} / {grade.max_score:g})\n")]  # fmt: skip
+    message = _cap((grade.message or "") if grade is not None else "not graded")
+    return [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
+                                   traceback=[f"AssertionError: {message}"])]  # fmt: skip
+
+
+def autograded_notebook(source_nb, plan, result: GradingResult):
     """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
     import nbformat
 
@@ -623,10 +601,9 @@ def autograded_notebook(source_nb, plan, result: dict):
         elif gid is None and cell.get("cell_type") in ("code", "markdown"):
             extras.setdefault(last, []).append(cell)
     cells = []
-    if result.get("error") or result.get("problems"):
+    if result.error or result.problems:
         lines = [
-            f"* {p}"
-            for p in ([result["error"]] if result.get("error") else []) + result.get("problems", [])
+            f"* {p}" for p in ([result.error] if result.error else []) + (result.problems or [])
         ]
         cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
     cells += [_added(c) for c in extras[None]]
@@ -652,20 +629,8 @@ def autograded_notebook(source_nb, plan, result: dict):
                 else []
             )
             cell.execution_count = None
-            if meta.get("grade") and gid in result["grades"]:
-                g = result["grades"][gid]
-                if g["score"] >= g["max_score"]:
-                    cell.outputs = [
-                        nbformat.v4.new_output(
-                            "stream",
-                            name="stdout",
-                            text=f"passed ({g['score']:g} / {g['max_score']:g})\n",
-                        )
-                    ]
-                else:
-                    message = _cap(g["message"])
-                    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
-                                                           traceback=[f"AssertionError: {message}"])]  # fmt: skip
+            if meta.get("grade") and gid in result.grades:
+                cell.outputs = verdict_outputs(result.grades[gid])
         cells.append(cell)
         cells += [_added(c) for c in extras.get(gid, [])] if gid in by_id else []
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
@@ -681,7 +646,7 @@ def record(
     course: pathlib.Path,
     assignment: str,
     student: str,
-    result: dict,
+    result: GradingResult,
     source_nb,
     notebook: str | None,
 ) -> None:
@@ -734,16 +699,14 @@ def record(
                 grade.auto_score = None
                 grade.needs_manual_grade = grade.manual_score is None
                 continue
-            got = result.get("grades", {}).get(meta["grade_id"])
-            score = float(got["score"]) if got else 0.0
-            if meta["grade_id"].startswith(
-                EXTRA_PREFIX
-            ):  # nbgrader's extra credit: 0 points + a bonus
+            got = result.grades.get(meta["grade_id"])
+            score = float(got.score) if got else 0.0
+            if is_extra(meta["grade_id"]):  # nbgrader's extra credit: 0 points + a bonus
                 grade.auto_score, grade.extra_credit = 0.0, score
             else:
                 grade.auto_score = score
             grade.needs_manual_grade = grade.manual_score is not None
-        if result.get("error"):  # unreadable: formgrader flags it for a person, never a plain 0
+        if result.error:  # unreadable: formgrader flags it for a person, never a plain 0
             flag_unreadable(gb, assignment, student)
         gb.db.commit()
 

@@ -206,7 +206,7 @@ def _fingerprint(
 ) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(limits.to_dict(), sort_keys=True).encode())  # other limits, another grade
-    engine = sorted(pathlib.Path(driver.__file__).parent.glob("*.py"))  # the grader's own code
+    engine = sorted(pathlib.Path(driver.__file__).parent.rglob("*.py"))  # the grader, inside/ too
     for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in engine)):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 import nbformat
 import torch
 
-from mlbook_tools import protocol
 from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, SandboxUnavailable: driver's API
     BudgetExceeded,
     CallTimeout,
@@ -46,6 +45,7 @@ from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, Sandbox
     SandboxUnavailable,
     TooLarge,
 )
+from mlbook_tools.inside import protocol
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 from mlbook_tools.result import is_extra

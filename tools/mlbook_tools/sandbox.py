@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 
-from mlbook_tools import protocol
 from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named where they are raised
     CallTimeout,
     Crashed,
@@ -53,6 +52,7 @@ from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named 
     RunnerDied,
     SandboxUnavailable,
 )
+from mlbook_tools.inside import protocol
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 

@@ -8,14 +8,11 @@ runs student code here. Extra credit (grade ids ex*) is nbgrader's own: those ce
 and earn `extra_credit`, so formgrader shows a full-marks student as 10 (+ extra) / 10.
 """
 
-from mlbook_tools.grading import (
+from mlbook_tools.feedback import CapOutputs, CoreExtraSummary, GetGradesWithStatus, RedactHiddenTests
+from mlbook_tools.plugins import (
     CODE_STUB,
     BoundedNotebookExporter,
-    CapOutputs,
     CoreExtraCsvExport,
-    CoreExtraSummary,
-    GetGradesWithStatus,
-    RedactHiddenTests,
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )

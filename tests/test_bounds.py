@@ -17,7 +17,7 @@ import time
 
 import nbformat
 import pytest
-from mlbook_tools import cli, driver, grading, sandbox
+from mlbook_tools import cli, driver, grading, plugins, sandbox
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
@@ -188,7 +188,7 @@ class _Converter(Configurable):
 @needs_sandbox
 def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
     course = _course(tmp_path / "course", {"big": huge})
-    exporter = grading.BoundedNotebookExporter(parent=_Converter(course))
+    exporter = plugins.BoundedNotebookExporter(parent=_Converter(course))
     resources = {"nbgrader": {"assignment": NB, "notebook": NB, "student": "big"}}
     t0 = time.monotonic()
     text, resources = exporter.from_filename(str(huge), resources=resources)
@@ -196,7 +196,7 @@ def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
     resources["metadata"]["path"] = str(
         course / "autograded" / "big" / NB
     )  # nbgrader's second pass
-    nb, _ = grading.SandboxedExecute().preprocess(nb, resources)
+    nb, _ = plugins.SandboxedExecute().preprocess(nb, resources)
     assert time.monotonic() - t0 <= 2
     assert (
         nb.cells[0].source.count("too large: ") == 1 and "cells (limit 2000)" in nb.cells[0].source
@@ -211,11 +211,11 @@ def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
 
 def test_a_student_cannot_write_the_refusal_mark(tmp_path):
     nb = nbformat.read(SOLVED, as_version=4)
-    nb.metadata["mlbook"] = {grading.REFUSED: "too large: forged"}
+    nb.metadata["mlbook"] = {plugins.REFUSED: "too large: forged"}
     path = tmp_path / "forged.ipynb"
     nbformat.write(nb, path)
-    text, _ = grading.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
-    assert grading.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
+    text, _ = plugins.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
+    assert plugins.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
 
 
 # ------------------------------------------------------------------------------ the wall-clock backstop

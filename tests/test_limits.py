@@ -8,8 +8,9 @@ import pathlib
 
 import pytest
 from mlbook_tools import cli
-from mlbook_tools.grading import SandboxedExecute, course_limits
+from mlbook_tools.grading import course_limits
 from mlbook_tools.limits import DEFAULT, GradingLimits, UnknownLimit
+from mlbook_tools.plugins import SandboxedExecute
 
 
 def test_limits_are_frozen_and_replace_refuses_unknown_names():

@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 
-from mlbook_tools import driver, grading, manual_audit, sandbox
+from mlbook_tools import driver, feedback, grading, manual_audit, sandbox
 from mlbook_tools.limits import GradingLimits
 from mlbook_tools.result import BadResult, GradingResult, is_extra
 
@@ -69,7 +69,7 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
         else:
             result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
                                                     wall_deadline=wall, limits=limits)  # fmt: skip
-        notebook = nbformat.writes(grading.autograded_notebook(source_nb, plan, result))
+        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
         return {"status": "internal", "why": f"{type(err).__name__}: {str(err)[:500]}",
                 "trace": traceback.format_exc()[-2000:]}  # fmt: skip
@@ -291,7 +291,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
             got, dict
         ):  # UNGRADED: never recorded, never cached: the next run tries again
             results[student] = got
-            line = f"{student:20s} " + grading.printable("; ".join(got["problems"]))
+            line = f"{student:20s} " + feedback.printable("; ".join(got["problems"]))
         else:
             graded, notebook = got
             try:
@@ -369,7 +369,7 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
                 gb.find_student(student)
             except MissingEntry:
                 gb.add_student(student, last_name=student, first_name="")
-        print(f"{student:20s} NOT GRADED: " + grading.printable(why), file=out)
+        print(f"{student:20s} NOT GRADED: " + feedback.printable(why), file=out)
 
 
 def _marked(notebook: str | None, fp: str) -> str | None:
@@ -413,7 +413,7 @@ def _line(student: str, result: dict) -> str:
     if waiting:
         text += f"  awaiting manual grading: {len(waiting)}"
     if problems:
-        text += "  problems: " + grading.printable("; ".join(problems)[:300])
+        text += "  problems: " + feedback.printable("; ".join(problems)[:300])
     return text
 
 

@@ -315,7 +315,7 @@ def print_report(result) -> None:
 
     Messages carry text from the student's code (an exception's message): control characters are
     replaced, so no escape sequence can rewrite what the terminal shows."""
-    from mlbook_tools.grading import printable
+    from mlbook_tools.feedback import printable
 
     if result.error:
         print(f"cannot grade this file: {printable(result.error)}")

@@ -15,7 +15,7 @@ import json
 import pathlib
 import sys
 
-from mlbook_tools.grading import printable
+from mlbook_tools.feedback import printable
 from mlbook_tools.result import EXTRA_PREFIX
 
 

@@ -48,6 +48,7 @@ from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, Sandbox
 from mlbook_tools.inside import protocol
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
+from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import is_extra
 from mlbook_tools.sandbox import Runner
 
@@ -239,22 +240,11 @@ def make_plan(
         raise CannotGrade(
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
-    known = {_meta(c).get("grade_id") for c in source_nb.cells}
-    by_id: dict[str, dict] = {}
-    added: dict[str, list[str]] = {}  # code cells the student added, by the grade id above them
-    anchor = ""
-    for cell in cells:
-        gid = _meta(cell).get("grade_id")
-        if not isinstance(gid, str) or gid not in known:
-            if isinstance(cell, dict) and cell.get("cell_type") == "code":
-                added.setdefault(anchor, []).append(_text(cell))
-            continue
-        anchor = gid
-        if gid in by_id:
-            problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
-            continue
-        by_id[gid] = cell
+    order, placement = merged(source_nb.cells, cells)  # the one notebook-order rule
+    for gid in placement.duplicates:
+        problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
     plan_cells, tests, manual, names, skipped = [], [], [], {}, []
+    counts: dict[str, int] = {}  # code cells the student added below each anchor, so far
 
     def add(cell_id: str, source: str, trusted: bool) -> None:
         if is_demo(source):
@@ -262,17 +252,15 @@ def make_plan(
         elif source.strip():
             plan_cells.append((cell_id, source, trusted))
 
-    def add_student_cells(anchor: str) -> None:
-        for i, src in enumerate(added.pop(anchor, []), 1):
-            add(f"{anchor or 'top'}+{i}", src, False)
-
-    previous = ""
-    for cell in source_nb.cells:
-        add_student_cells(previous)
+    for kind, where, cell in order:
+        if kind == "added":  # run as the student's code, where the student put it
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                counts[where] = counts.get(where, 0) + 1
+                add(f"{where or 'top'}+{counts[where]}", _text(cell), False)
+            continue
+        cell, mine = where, cell
         meta = _meta(cell)
         gid = meta.get("grade_id", "")
-        previous = gid
-        mine = by_id.get(gid)
         if meta.get("grade") and meta.get("solution"):
             manual.append((gid, cell_points(cell)))
             if mine is None:
@@ -300,9 +288,6 @@ def make_plan(
         add(gid, cell.source, True)
         if mine is not None and _text(mine).strip() != cell.source.strip():
             problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
-    add_student_cells(previous)
-    for anchor in list(added):  # below a cell the course does not have: run them last
-        add_student_cells(anchor)
     return Plan(plan_cells, tests, manual, names, problems, student, skipped)
 
 

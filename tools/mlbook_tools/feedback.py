@@ -11,6 +11,7 @@ import re
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
+from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import CellGrade, GradingResult, is_extra
 
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
@@ -83,32 +84,36 @@ def verdict_outputs(grade: CellGrade | None) -> list:
                                    traceback=[f"AssertionError: {message}"])]  # fmt: skip
 
 
+def _shown_added(cell) -> bool:
+    """Whether an added cell appears in the autograded notebook: code and markdown the student wrote;
+    never a cell carrying a grade id the course does not have (nbgrader would look that grade up)."""
+    if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown"):
+        return False
+    meta = cell.get("metadata", {})
+    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
+
+
 def autograded_notebook(source_nb, plan, result: GradingResult):
     """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
     import nbformat
 
-    from mlbook_tools import driver
-
     student = plan.notebook if plan is not None else None
-    by_id, extras, last = {}, {None: []}, None
-    for cell in student.cells if student is not None else []:
-        gid = driver._meta(cell).get("grade_id") if isinstance(cell, dict) else None
-        if isinstance(gid, str) and gid not in by_id:
-            by_id[gid], last = cell, gid
-            extras.setdefault(gid, [])
-        elif gid is None and cell.get("cell_type") in ("code", "markdown"):
-            extras.setdefault(last, []).append(cell)
+    order, _ = merged(source_nb.cells, student.cells if student is not None else [])
     cells = []
     if result.error or result.problems:
         lines = [
             f"* {p}" for p in ([result.error] if result.error else []) + (result.problems or [])
         ]
         cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
-    cells += [_added(c) for c in extras[None]]
-    for src in source_nb.cells:
+    for kind, where, mine in order:
+        if kind == "added":  # shown where the student put it (the plan ran it there), inert
+            if _shown_added(mine):
+                cells.append(_added(mine))
+            continue
+        src = where
         meta = src.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
-        mine = by_id.get(gid)
         cell = copy.deepcopy(src)
         if meta.get("solution") and mine is not None:
             text = mine.get("source", "")
@@ -132,7 +137,6 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
             if meta.get("grade") and gid in result.grades:
                 cell.outputs = verdict_outputs(result.grades[gid])
         cells.append(cell)
-        cells += [_added(c) for c in extras.get(gid, [])] if gid in by_id else []
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"

@@ -8,14 +8,11 @@ runs student code here. Extra credit (grade ids ex*) is nbgrader's own: those ce
 and earn `extra_credit`, so formgrader shows a full-marks student as 10 (+ extra) / 10.
 """
 
-from mlbook_tools.grading import (
+from mlbook_tools.feedback import CapOutputs, CoreExtraSummary, GetGradesWithStatus, RedactHiddenTests
+from mlbook_tools.plugins import (
     CODE_STUB,
     BoundedNotebookExporter,
-    CapOutputs,
     CoreExtraCsvExport,
-    CoreExtraSummary,
-    GetGradesWithStatus,
-    RedactHiddenTests,
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )
@@ -52,6 +49,11 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# Grading limits (time budgets, sandbox memory and processes, submission sizes): every name, its default
+# and what it bounds is in mlbook_tools/limits.py (GradingLimits). Set any of them here, e.g.
+# {"memory_bytes": 2 * 1024**3, "cell_seconds": 30}; `mlbook grade`, `mlbook grade-class` and
+# `nbgrader autograde` all read this, `--limit NAME=VALUE` overrides it; an unknown name is refused.
+c.SandboxedExecute.limits = {}
 
 # Export: core points and the optional extra credit (grade ids ex*) in separate columns.
 c.ExportApp.plugin_class = CoreExtraCsvExport

@@ -37,6 +37,7 @@ from mlbook_tools import driver
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from nbcells import defines
 from ppo_checks import CHECKS
 
@@ -47,12 +48,14 @@ TOKEN = (
     "zq7xk" + "TOKEN" + "93b"
 )  # never written literally into a submission's output by the graders
 # The run's limits: short, so that the catalog's slow entries cost 45 s each, not the default 300.
-LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536 * 1024**2}
-BUDGET = 45.0  # per submission (slow entries use all of it; honest work needs ~6 s on a quiet core)
+# budget_seconds: per submission (slow entries use all of it; honest work needs ~6 s on a quiet core)
+LIMITS = dataclasses.replace(DEFAULT_LIMITS, cell_seconds=8.0, call_seconds=5.0,
+                             memory_bytes=1536 * 1024**2, budget_seconds=45.0)  # fmt: skip
+BUDGET = LIMITS.budget_seconds
 # What one submission may take, sandbox start-up included: the budget counts the sandbox's own CPU
-# time, so on a busy machine a submission may run to its wall-clock backstop (WALL_FACTOR x the
-# budget), and the watchdog kills it GRACE_SECONDS after that.
-BOUND = BUDGET * driver.WALL_FACTOR + driver.GRACE_SECONDS + 20
+# time, so on a busy machine a submission may run to its wall-clock backstop (wall_factor x the
+# budget), and the watchdog kills it grace_seconds after that.
+BOUND = BUDGET * LIMITS.wall_factor + LIMITS.grace_seconds + 20
 WORKERS = 2
 
 MISTAKES = ["gae_lambda_ignored", "value_clip_around_returns", "controller_without_clip"]

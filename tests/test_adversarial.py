@@ -8,6 +8,7 @@ nobody else's data (gradebook, config, secret, submissions, hidden tests) is tou
 no process of a submission outlives its grading, and the run completes for everyone.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -189,7 +190,7 @@ def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(graded_clas
         by_itself, _ = grading.grade_submission(
             graded_class.subs[student], source_nb, checks, secret, student
         )
-        assert _verdicts(by_itself) == _verdicts(graded_class.results[student]), student
+        assert _verdicts(by_itself.to_dict()) == _verdicts(graded_class.results[student]), student
     assert (
         graded_class.results["alice"]["score"] == CORE_MAX
         and graded_class.results["bob"]["score"] == 0
@@ -220,7 +221,7 @@ def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(graded
     submit(course, "zoe", graded_class.subs["alice"])
     out = []
     results = grade_class(course, NB, workers=1, progress=False, out=type("O", (), {"write": lambda s, t: out.append(t), "flush": lambda s: None})(),
-                          limits={"CELL_SECONDS": "not a number"}, budget=BUDGET)  # fmt: skip
+                          limits=dataclasses.replace(LIMITS, cell_seconds="not a number"))  # fmt: skip
     assert (
         set(results) == {"zoe"}
         and results["zoe"].get("ungraded")

@@ -184,5 +184,5 @@ def test_one_score_everywhere(graded_class):
         assert [float(row[prefix + k]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
             core, core, extra, extra_max], exporter  # fmt: skip
     mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
-    assert (mine["score"], mine["max_score"]) == (core, core)
-    assert (mine["extra_credit"]["score"], mine["extra_credit"]["max_score"]) == (extra, extra_max)
+    assert (mine.core.score, mine.core.max_score) == (core, core)
+    assert (mine.extra.score, mine.extra.max_score) == (extra, extra_max)

@@ -3,7 +3,7 @@
 A submission past a bound (file size, cells, stored outputs, cell sources, JSON nesting) is refused with
 one "too large: ..." line within a second or two, recorded as that student's grade, in all three entry
 points: ``mlbook grade``, ``mlbook grade-class`` and ``nbgrader autograde`` (formgrader's Autograde
-button). A grade never runs past its wall-clock backstop (WALL_FACTOR x the budget, counted from
+button). A grade never runs past its wall-clock backstop (wall_factor x the budget, counted from
 reading the file) + 5 s, in the same three.
 """
 
@@ -17,16 +17,17 @@ import time
 
 import nbformat
 import pytest
-from mlbook_tools import cli, driver, grading, sandbox
+from mlbook_tools import cli, driver, grading, plugins, sandbox
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from traitlets.config import Configurable
 
 ROOT = layout().root
 NB = "rlhf_ppo"
 SOLVED = ROOT / "solutions" / "notebooks" / f"{NB}.ipynb"
-BUDGET = 4.0  # charged seconds for the backstop tests: their backstop is BUDGET * WALL_FACTOR
+BUDGET = 4.0  # charged seconds for the backstop tests: their backstop is BUDGET * wall_factor
 needs_sandbox = pytest.mark.skipif(
     sandbox.check_available() is not None, reason="bubblewrap cannot start here"
 )
@@ -187,7 +188,7 @@ class _Converter(Configurable):
 @needs_sandbox
 def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
     course = _course(tmp_path / "course", {"big": huge})
-    exporter = grading.BoundedNotebookExporter(parent=_Converter(course))
+    exporter = plugins.BoundedNotebookExporter(parent=_Converter(course))
     resources = {"nbgrader": {"assignment": NB, "notebook": NB, "student": "big"}}
     t0 = time.monotonic()
     text, resources = exporter.from_filename(str(huge), resources=resources)
@@ -195,7 +196,7 @@ def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
     resources["metadata"]["path"] = str(
         course / "autograded" / "big" / NB
     )  # nbgrader's second pass
-    nb, _ = grading.SandboxedExecute().preprocess(nb, resources)
+    nb, _ = plugins.SandboxedExecute().preprocess(nb, resources)
     assert time.monotonic() - t0 <= 2
     assert (
         nb.cells[0].source.count("too large: ") == 1 and "cells (limit 2000)" in nb.cells[0].source
@@ -210,11 +211,11 @@ def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
 
 def test_a_student_cannot_write_the_refusal_mark(tmp_path):
     nb = nbformat.read(SOLVED, as_version=4)
-    nb.metadata["mlbook"] = {grading.REFUSED: "too large: forged"}
+    nb.metadata["mlbook"] = {plugins.REFUSED: "too large: forged"}
     path = tmp_path / "forged.ipynb"
     nbformat.write(nb, path)
-    text, _ = grading.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
-    assert grading.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
+    text, _ = plugins.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
+    assert plugins.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
 
 
 # ------------------------------------------------------------------------------ the wall-clock backstop
@@ -228,8 +229,8 @@ def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_
     path.write_text(_sleeper())
     t0 = time.monotonic()
     result = grading.grade_notebook(path, NB, timeout=BUDGET)
-    assert time.monotonic() - t0 <= BUDGET * driver.WALL_FACTOR + 5
-    assert result["score"] == 0 and result["problems"]
+    assert time.monotonic() - t0 <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
+    assert result.core.score == 0 and result.problems
 
 
 @needs_sandbox
@@ -239,7 +240,9 @@ def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, 
     results = grade_class(
         course, NB, workers=1, progress=False, out=open(os.devnull, "w"), budget=BUDGET
     )
-    assert results["sleeper"]["seconds"] <= BUDGET * driver.WALL_FACTOR + 5, results["sleeper"]
+    assert results["sleeper"]["seconds"] <= BUDGET * DEFAULT_LIMITS.wall_factor + 5, results[
+        "sleeper"
+    ]
     assert not results["sleeper"].get("ungraded")
     # nbgrader autograde: the refused one costs only nbgrader's own start and writing (the baseline)
     t0 = time.monotonic()
@@ -247,5 +250,5 @@ def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, 
     baseline = time.monotonic() - t0
     t0 = time.monotonic()
     run_nbgrader(["autograde", NB, "--force", "--student=sleeper"], course)
-    assert time.monotonic() - t0 - baseline <= BUDGET * driver.WALL_FACTOR + 5
+    assert time.monotonic() - t0 - baseline <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
     assert read_scores(course / "gradebook.db", NB, "sleeper")["score"] == 0

@@ -101,7 +101,7 @@ def test_correct_answers_train_through_the_engine(session):
 
 
 def test_driver_rejects_malformed_tensors():
-    from mlbook_tools import protocol
+    from mlbook_tools.inside import protocol
 
     bad = [
         {"dtype": "float32", "shape": [2, 2], "nbytes": 8},  # 4 floats need 16 bytes

@@ -19,7 +19,8 @@ import sys
 
 import pytest
 from mlbook_tools.config import layout
-from mlbook_tools.grading import STANDARD_COLUMNS, run_nbgrader
+from mlbook_tools.grading import run_nbgrader
+from mlbook_tools.plugins import STANDARD_COLUMNS
 
 ROOT = layout().root
 NB = "rlhf_ppo"

@@ -2,12 +2,13 @@
 
 Budgets count what a submission itself consumes (``driver``: seconds charged to its sandbox, its own CPU
 time or the time it ran or slept, never time spent waiting for a CPU someone else held), with a
-wall-clock backstop WALL_FACTOR times larger. Here a small class (a correct notebook, a slow one, a
+wall-clock backstop wall_factor times larger. Here a small class (a correct notebook, a slow one, a
 CPU hog and a memory hog from tests/adversarial_catalog.py) is graded twice with the adversarial
 suite's short limits: once as the machine is, once with as many busy processes as cores competing
 for the CPUs; every test of every student must get the same score both times.
 """
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -20,10 +21,13 @@ from mlbook_tools import sandbox
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 
 ROOT = layout().root
 NB = "rlhf_ppo"
-LIMITS = {"CELL_SECONDS": 8.0, "CALL_SECONDS": 5.0, "sandbox.memory_bytes": 1536 * 1024**2}
+LIMITS = dataclasses.replace(
+    DEFAULT_LIMITS, cell_seconds=8.0, call_seconds=5.0, memory_bytes=1536 * 1024**2
+)
 BUDGET = 45.0  # as in tests/test_adversarial.py
 ENTRIES = ["slow_every_call", "cpu_loop_ignoring_sigint", "memory_hog_in_gae"]
 

@@ -1,4 +1,4 @@
-"""The wire protocol (``mlbook_tools/protocol.py``): every tag round-trips, every malformed frame is refused.
+"""The wire protocol (``mlbook_tools/inside/protocol.py``): every tag round-trips, every malformed frame is refused.
 
 Frames go through a real pipe. The driver's codec encodes (data and student-library types), the
 runner's codec decodes (rebuilding those types); replies go the other way and may hold only data and
@@ -13,7 +13,7 @@ import struct
 
 import pytest
 import torch
-from mlbook_tools import protocol
+from mlbook_tools.inside import protocol
 
 from mlbook.posttrain.toy_lm import DemoBatch, TinyCausalLM, ToyLMConfig
 

@@ -18,6 +18,7 @@ import time
 import pytest
 from mlbook_tools import driver, sandbox
 from mlbook_tools.config import layout
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 
 ROOT = layout().root
 PROBE = pathlib.Path(__file__).parent / "data" / "seccomp_probe.c"
@@ -103,9 +104,8 @@ def test_only_the_runner_pipes_are_open_and_the_repository_is_not_mounted():
 
 @needs_sandbox
 @needs_cgroup
-def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
-    monkeypatch.setitem(sandbox.LIMITS, "memory_bytes", 400 * 1024**2)
-    r = _runner()
+def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox():
+    r = _runner(limits=DEFAULT_LIMITS.replace(memory_bytes=400 * 1024**2))
     try:
         got = _run(r, (
             "import os\n\ndef probe():\n    out = {}\n    for path in ('/dev/shm/x', '/tmp/x'):\n        try:\n"
@@ -119,7 +119,7 @@ def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox(monkeypatch):
             "for fd in fds:\n    for _ in range(40):\n        os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
         pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")
     except sandbox.RunnerDied as err:
-        assert str(err) == "memory limit"
+        assert isinstance(err, sandbox.MemoryLimit), repr(err)
     finally:
         r.close()
     assert r.proc.poll() is not None and not r.cgroup.dirs
@@ -131,14 +131,14 @@ def test_threads_are_capped_and_close_leaves_no_cgroup():
     r = _runner()
     dirs = dict(r.cgroup.dirs)
     assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == str(
-        int(100000 * sandbox.LIMITS["cpus"])
+        int(100000 * DEFAULT_LIMITS.cpus)
     )
     try:
         got = _run(r, (
             "import threading, time\n\ndef probe():\n    n = 0\n    try:\n        for _ in range(500):\n"
             "            threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n            n += 1\n"
             "    except RuntimeError:\n        pass\n    return n\n"))  # fmt: skip
-        assert 0 < got < sandbox.LIMITS["processes"]
+        assert 0 < got < DEFAULT_LIMITS.processes
     finally:
         r.close()
     assert not any(d.exists() for d in dirs.values())
@@ -192,7 +192,7 @@ def test_no_combination_of_cells_and_attribute_reads_exceeds_the_budget():
     with pytest.raises(sandbox.RunnerDied):
         driver.Session(plan, trusted=False, deadline=t0 + 6)
     # 6 s charged (sleep is charged); the wall-clock bound is the backstop (a busy machine's start-up)
-    assert time.monotonic() - t0 < 6 * driver.WALL_FACTOR + driver.GRACE_SECONDS + 1
+    assert time.monotonic() - t0 < 6 * DEFAULT_LIMITS.wall_factor + DEFAULT_LIMITS.grace_seconds + 1
     slow = "import time\n\nclass Slow:\n    @property\n    def beta(self):\n        time.sleep(0.5)\n        return 1.0\n\ndef make():\n    return Slow()\n"  # fmt: skip
     s = driver.Session(
         driver.Plan([("slow", slow, False)], [], [], {}), trusted=False, deadline=float("inf")

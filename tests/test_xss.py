@@ -30,6 +30,7 @@ import nbformat
 import pytest
 import xss_payloads as X
 from mlbook_tools.config import layout
+from mlbook_tools.result import GradingResult
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BIN = pathlib.Path(sys.executable).parent
@@ -75,7 +76,7 @@ def _assert_inert(nb: dict) -> None:
 
 def test_autograded_notebook_keeps_no_active_content():
     """`mlbook grade-class`'s notebook (autograded_notebook) and the Autograde button's (InertStudentCells)."""
-    from mlbook_tools import driver, grading
+    from mlbook_tools import driver, feedback
     from mlbook_tools.inert import InertStudentCells
 
     source_nb = nbformat.read(
@@ -83,7 +84,7 @@ def test_autograded_notebook_keeps_no_active_content():
     )
     text = _payload_text()
     plan = driver.make_plan(source_nb, text)
-    nb = grading.autograded_notebook(source_nb, plan, {"grades": {}, "problems": []})
+    nb = feedback.autograded_notebook(source_nb, plan, GradingResult(problems=[]))
     assert sum(c.cell_type == "markdown" and "Added top" in c.source for c in nb.cells) == 1
     assert any(c.get("attachments", {}).get("ok.png") for c in nb.cells)  # a student's PNG stays
     _assert_inert(json.loads(nbformat.writes(nb)))

@@ -41,8 +41,9 @@ from nbclient.exceptions import CellExecutionError
 
 from mlbook_tools.config import layout
 from mlbook_tools.driver import DEMO_FLAG
-from mlbook_tools.grading import EXTRA_PREFIX, run_nbgrader
+from mlbook_tools.grading import run_nbgrader
 from mlbook_tools.progress import stage
+from mlbook_tools.result import EXTRA_PREFIX
 from mlbook_tools.workcopy import (
     manifest_path,
     manifest_text,

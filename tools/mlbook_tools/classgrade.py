@@ -28,11 +28,9 @@ import threading
 import time
 import traceback
 
-from mlbook_tools import driver, grading, manual_audit, sandbox
-
-ATTEMPTS = 2  # gradings of one submission before it is reported ungraded
-WORKER_SLACK = 90.0  # seconds a worker may take beyond the budget (start-up, notebook writing)
-
+from mlbook_tools import driver, feedback, grading, manual_audit, sandbox
+from mlbook_tools.limits import GradingLimits
+from mlbook_tools.result import BadResult, GradingResult, is_extra
 
 # ------------------------------------------------------------------------------ the worker process
 
@@ -46,13 +44,7 @@ def worker_main() -> None:
 
     torch.set_num_threads(1)
     init = json.loads(sys.stdin.readline())
-    for key, value in init[
-        "limits"
-    ].items():  # {"CELL_SECONDS": 8, "sandbox.memory_bytes": ...}: tests
-        if key.startswith("sandbox."):
-            sandbox.LIMITS[key.split(".", 1)[1]] = value
-        else:
-            setattr(driver, key, value)
+    init["limits"] = GradingLimits.from_dict(init["limits"])  # plain JSON in, every name checked
     source_nb, checks, secret = grading.load_course(
         pathlib.Path(init["course"]), init["assignment"]
     )
@@ -68,21 +60,21 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
     try:
         import nbformat
 
-        wall = t0 + init["budget"] * driver.WALL_FACTOR  # the backstop counts from reading the file
+        limits: GradingLimits = init["limits"]
+        wall = t0 + limits.budget_seconds * limits.wall_factor  # counted from reading the file
         try:
-            text = driver.read_submission(path)  # bounded before it is read whole or parsed
+            text = driver.read_submission(path, limits)  # bounded before it is read whole or parsed
         except driver.TooLarge as err:
             result, plan = grading.refused_result(source_nb, err), None
         else:
             result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
-                                                    budget=init["budget"], wall_deadline=wall)  # fmt: skip
-        notebook = grading.autograded_notebook(source_nb, plan, result)
-        result["notebook"] = nbformat.writes(notebook)
+                                                    wall_deadline=wall, limits=limits)  # fmt: skip
+        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
         return {"status": "internal", "why": f"{type(err).__name__}: {str(err)[:500]}",
                 "trace": traceback.format_exc()[-2000:]}  # fmt: skip
-    result["seconds"] = round(time.monotonic() - t0, 2)
-    return {"status": "graded", "result": result}
+    result.seconds = round(time.monotonic() - t0, 2)
+    return {"status": "graded", "result": result.to_dict(), "notebook": notebook}
 
 
 class _Worker:
@@ -156,7 +148,7 @@ class _Worker:
         self.proc.wait()
 
 
-def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
+def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, attempts: int):
     """One parent thread: take jobs, grade them on its worker, retry what was not a grade."""
     worker = None
     try:
@@ -169,14 +161,22 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
                 worker = _Worker(init)
             reply = worker.grade(student, path, timeout)
             if reply["status"] == "graded":
-                done.put((student, fp, reply["result"]))
-                continue
+                try:  # plain JSON from the worker, checked (types, totals) before anything is recorded
+                    result = GradingResult.from_dict(reply["result"])
+                    notebook = reply.get("notebook")
+                    if not isinstance(notebook, str | None):
+                        raise BadResult("the autograded notebook is not text")
+                except (BadResult, KeyError) as err:
+                    reply = {"status": "internal", "why": f"the grading worker's result: {err}"}
+                else:
+                    done.put((student, fp, (result, notebook)))
+                    continue
             worker.kill()  # a fresh worker for the retry (and for whatever comes next)
             worker = None
-            if attempt + 1 < ATTEMPTS:
+            if attempt + 1 < attempts:
                 jobs.put((student, path, fp, attempt + 1))
             else:
-                why = f"UNGRADED after {ATTEMPTS} attempts: {reply['why']}"
+                why = f"UNGRADED after {attempts} attempts: {reply['why']}"
                 done.put(
                     (
                         student,
@@ -194,30 +194,35 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float):
             worker.stop()
 
 
-def _head(path: pathlib.Path) -> bytes:
+def _head(path: pathlib.Path, limits: GradingLimits) -> bytes:
     """The file's bytes up to one past the bound, and its size: what a grading of it reads."""
     with open(path, "rb") as fh:
-        return (
-            fh.read(driver.MAX_NOTEBOOK_BYTES + 1) + f"\0{os.fstat(fh.fileno()).st_size}".encode()
-        )
+        head = fh.read(limits.max_notebook_bytes + 1)
+        return head + f"\0{os.fstat(fh.fileno()).st_size}".encode()
 
 
 def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
     h = hashlib.sha256()
-    engine = sorted(pathlib.Path(driver.__file__).parent.glob("*.py"))  # the grader's own code
+    engine = sorted(pathlib.Path(driver.__file__).parent.rglob("*.py"))  # the grader, inside/ too
     for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in engine)):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
 
 def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int | None = None, force: bool = False,
-                trusted: bool = False, budget: float = driver.BUDGET_SECONDS, progress: bool = True,
-                out=sys.stdout, limits: dict | None = None) -> dict:  # fmt: skip
-    """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks."""
+                trusted: bool = False, budget: float | None = None, progress: bool = True,
+                out=sys.stdout, limits: GradingLimits | None = None) -> dict:  # fmt: skip
+    """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks.
+
+    ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
+    replaces their ``budget_seconds``."""
     from nbgrader.api import Gradebook, MissingEntry
 
     course = pathlib.Path(course).resolve()
     require_course(course, assignment)  # before anything is written (a stray gradebook.db)
+    limits = limits or grading.course_limits(course)
+    if budget:
+        limits = limits.replace(budget_seconds=float(budget))
     source = course / "source" / assignment / f"{assignment}.ipynb"
     if not trusted:
         why = sandbox.check_available()
@@ -242,7 +247,7 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
     jobs, results = [], {}
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
-        fp = _fingerprint(_head(nb_path), checks_path, source)
+        fp = _fingerprint(_head(nb_path, limits), checks_path, source)
         state = state_dir / f"{student}.json"
         if not force and state.exists():
             try:
@@ -261,31 +266,39 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb", file=sys.stderr)
-    init = {"course": str(course), "assignment": assignment, "trusted": trusted, "budget": budget,
-            "limits": limits or {}}  # fmt: skip
-    timeout = budget * driver.WALL_FACTOR + driver.GRACE_SECONDS + WORKER_SLACK
+    init = {
+        "course": str(course),
+        "assignment": assignment,
+        "trusted": trusted,
+        "limits": limits.to_dict(),
+    }
+    timeout = (limits.budget_seconds * limits.wall_factor + limits.grace_seconds
+               + limits.worker_slack_seconds)  # fmt: skip
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for student, path, fp in jobs:
         todo.put((student, path, fp, 0))
-    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout), daemon=True)
+    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout, limits.attempts), daemon=True)
                for _ in range(min(workers, max(len(jobs), 1)))]  # fmt: skip
     for t in threads:
         t.start()
     for _ in range(len(jobs)):
-        student, fp, result = done.get()
-        if result.get("ungraded"):  # never recorded, never cached: the next run tries again
-            results[student] = result
-            line = f"{student:20s} " + grading.printable("; ".join(result["problems"]))
+        student, fp, got = done.get()
+        if isinstance(
+            got, dict
+        ):  # UNGRADED: never recorded, never cached: the next run tries again
+            results[student] = got
+            line = f"{student:20s} " + feedback.printable("; ".join(got["problems"]))
         else:
-            notebook = _marked(result.pop("notebook", None), fp)
+            graded, notebook = got
             try:
-                grading.record(course, assignment, student, result, source_nb, notebook)
-            except Exception as err:  # noqa: BLE001
-                result.setdefault("problems", []).append(
-                    f"could not record the grade: {type(err).__name__}: {err}"
+                grading.record(
+                    course, assignment, student, graded, source_nb, _marked(notebook, fp)
                 )
-            result["fingerprint"] = fp
+            except Exception as err:  # noqa: BLE001
+                graded.problems = [*(graded.problems or []),
+                                   f"could not record the grade: {type(err).__name__}: {err}"]  # fmt: skip
+            result = {**graded.to_dict(), "fingerprint": fp}
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
@@ -353,7 +366,7 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
                 gb.find_student(student)
             except MissingEntry:
                 gb.add_student(student, last_name=student, first_name="")
-        print(f"{student:20s} NOT GRADED: " + grading.printable(why), file=out)
+        print(f"{student:20s} NOT GRADED: " + feedback.printable(why), file=out)
 
 
 def _marked(notebook: str | None, fp: str) -> str | None:
@@ -387,7 +400,7 @@ def _line(student: str, result: dict) -> str:
     failed = [
         k
         for k, g in result.get("grades", {}).items()
-        if g["score"] < g["max_score"] and not k.startswith("ex")
+        if g["score"] < g["max_score"] and not is_extra(k)
     ]
     text = (f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
             f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s")  # fmt: skip
@@ -397,7 +410,7 @@ def _line(student: str, result: dict) -> str:
     if waiting:
         text += f"  awaiting manual grading: {len(waiting)}"
     if problems:
-        text += "  problems: " + grading.printable("; ".join(problems)[:300])
+        text += "  problems: " + feedback.printable("; ".join(problems)[:300])
     return text
 
 

@@ -14,12 +14,15 @@ mlbook grade-class [--course DIR] [--workers N] [--force]
 
 Grading runs student code only inside a bubblewrap sandbox; if the sandbox cannot start, grading
 stops and says why. --no-sandbox (or MLBOOK_TRUSTED=1) runs it unconfined, for trusted files only.
+
+Grading limits (time, memory, sizes; mlbook_tools/limits.py) come from the course config
+(c.SandboxedExecute.limits in nbgrader_config.py), then `--limit NAME=VALUE` (repeatable) on
+`grade` and `grade-class`. An unknown name is refused. `mlbook grade --help` lists them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
@@ -74,6 +77,7 @@ def _main(argv: list[str] | None = None) -> int:
         help="budget for the whole notebook: seconds of the sandbox's own time (CPU, or running or "
         "sleeping; not waiting for a busy machine's CPUs); the wall-clock backstop is 3x it",
     )
+    _limit_option(g)
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
@@ -97,6 +101,7 @@ def _main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds of the sandbox's own time per submission (see grade --timeout; backstop 3x)",
     )
+    _limit_option(c)
     c.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
     )
@@ -177,6 +182,7 @@ def _main(argv: list[str] | None = None) -> int:
         return build(check=args.check, execute=not args.no_execute)
 
     from mlbook_tools import driver, sandbox
+    from mlbook_tools.grading import course_limits
 
     trusted = sandbox.trusted_mode(args.no_sandbox)
     if trusted:
@@ -188,24 +194,28 @@ def _main(argv: list[str] | None = None) -> int:
         from mlbook_tools.classgrade import grade_class
 
         course = _course_folder(args.course)
-        kwargs = {"budget": args.budget} if args.budget else {}
+        limits = course_limits(course).with_options(args.limit)
         try:
-            results = grade_class(
-                course, args.assignment, args.workers, args.force, trusted, **kwargs
-            )
+            results = grade_class(course, args.assignment, args.workers, args.force, trusted,
+                                  budget=args.budget, limits=limits)  # fmt: skip
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return _class_summary(results)
 
+    from mlbook_tools.config import layout
     from mlbook_tools.grading import grade_notebook
     from mlbook_tools.progress import stage
+
+    limits = course_limits(layout().course).with_options(args.limit)
 
     stage(
         f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
     )
     try:
-        result = grade_notebook(args.path, args.assignment, args.timeout, trusted=trusted)
+        result = grade_notebook(
+            args.path, args.assignment, args.timeout, trusted=trusted, limits=limits
+        )
     except sandbox.SandboxUnavailable as err:
         print(
             f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.",
@@ -215,12 +225,27 @@ def _main(argv: list[str] | None = None) -> int:
     except (driver.CannotGrade, FileNotFoundError) as err:
         print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
         return 1
-    stage(f"graded in {result.get('seconds', 0):.0f} s")
+    stage(f"graded in {result.seconds or 0:.0f} s")
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(result.to_json(indent=2))
     else:
         print_report(result)
-    return 1 if result.get("error") else 0
+    return 1 if result.error else 0
+
+
+def _limit_option(parser) -> None:
+    from mlbook_tools.limits import DEFAULT
+
+    names = ", ".join(f"{k}={v}" for k, v in DEFAULT.to_dict().items())
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one grading limit (repeatable; over the course config's "
+        f"c.SandboxedExecute.limits). Names and defaults: {names}. "
+        "Each is described in mlbook_tools/limits.py",
+    )
 
 
 def _course_folder(given: str | None) -> pathlib.Path:
@@ -285,39 +310,39 @@ def _next_commands(out: pathlib.Path) -> str:
     )
 
 
-def print_report(result: dict) -> None:
+def print_report(result) -> None:
     """Every check's message in the student's terms; manual cells marked as awaiting grading.
 
     Messages carry text from the student's code (an exception's message): control characters are
     replaced, so no escape sequence can rewrite what the terminal shows."""
-    from mlbook_tools.grading import printable
+    from mlbook_tools.feedback import printable
 
-    if result.get("error"):
-        print(f"cannot grade this file: {printable(result['error'])}")
-    for problem in result.get("problems", []):
-        if problem != result.get("error"):  # a refused file ("too large: ...") is said once, above
+    if result.error:
+        print(f"cannot grade this file: {printable(result.error)}")
+    for problem in result.problems or []:
+        if problem != result.error:  # a refused file ("too large: ...") is said once, above
             print(f"note: {printable(problem)}")
-    for name, g in result["grades"].items():
-        mark = "ok  " if g["score"] >= g["max_score"] else "FAIL"
-        print(f"{mark} {name:50s} {g['score']:4g} / {g['max_score']:g}")
-        if g["score"] < g["max_score"]:
-            print("       " + printable(g["message"]).replace("\n", "\n       "))
-    for name in result.get("manual", []):
+    for name, g in result.grades.items():
+        mark = "ok  " if g.passed else "FAIL"
+        print(f"{mark} {name:50s} {g.score:4g} / {g.max_score:g}")
+        if not g.passed:
+            print("       " + printable(g.message or "").replace("\n", "\n       "))
+    for name in [] if result.error else result.manual:  # a refused file lists none (as before)
         print(f"...  {name:50s} awaiting manual grading")
-    for name in result.get("blank", []):
+    for name in result.blank:
         print(f"-    {name:50s} left blank: 0, nothing to grade by hand")
+    core = result.core
     print(
-        f"core total: {result['score']:g} / {result['max_score']:g}    "
-        + _part("extra credit", result["extra_credit"])
+        f"core total: {core.score:g} / {core.max_score:g}    " + _part("extra credit", result.extra)
     )
 
 
-def _part(label: str, part: dict) -> str:
+def _part(label: str, part) -> str:
     """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
-    text = f"{label}: {part['score']:g} / {part['max_score']:g}"
+    text = f"{label}: {part.score:g} / {part.max_score:g}"
     return text + (
-        f" (awaiting manual grading: {len(part['awaiting_manual'])} answers)"
-        if part.get("awaiting_manual")
+        f" (awaiting manual grading: {len(part.awaiting_manual)} answers)"
+        if part.awaiting_manual
         else ""
     )
 

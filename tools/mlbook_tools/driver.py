@@ -28,81 +28,74 @@ import secrets
 import time
 import types
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import nbformat
 import torch
 
-from mlbook_tools import protocol
-from mlbook_tools.sandbox import RemoteError, Runner, RunnerDied, SandboxUnavailable
+from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, SandboxUnavailable: driver's API
+    BudgetExceeded,
+    CallTimeout,
+    CannotGrade,
+    Crashed,
+    MemoryLimit,
+    RemoteError,
+    RunnerDied,
+    SandboxUnavailable,
+    TooLarge,
+)
+from mlbook_tools.inside import protocol
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
+from mlbook_tools.notebook_order import merged
+from mlbook_tools.result import is_extra
+from mlbook_tools.sandbox import Runner
 
-EXTRA_PREFIX = "ex"
-# Budgets, in seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
-# time it ran or slept inside a request, never time it waited for a CPU held by other processes, so a
-# busy machine does not change a grade. Each has a wall-clock backstop WALL_FACTOR times larger.
-CELL_SECONDS = 20.0  # one solution cell while the namespace is built
-CALL_SECONDS = 10.0  # one call into the student's code
-CHECK_SECONDS = 90.0  # one whole check (the training test makes ~150 calls)
-BUDGET_SECONDS = 300.0  # one submission, all checks
-WALL_FACTOR = 3.0  # wall-clock backstop = this x a budget (per submission: from reading the file)
-START_SECONDS = 60.0  # wall clock for a sandbox to start (bubblewrap, import torch)
-GRACE_SECONDS = 5.0  # past the wall backstop + grace the watchdog kills the sandbox
 SECRET_FILE = "grading_secret.txt"
-# Bounds on a submission, checked before it is parsed (past one: "too large: ...", nothing is run)
-MAX_NOTEBOOK_BYTES = 20 * 1024**2  # the file (checked before it is read whole)
-MAX_CELLS = 2000  # cells (counted in the raw text first, then exactly)
-MAX_OUTPUT_BYTES = 16 * 1024**2  # text of every stored output together
-MAX_SOURCE_BYTES = 4 * 1024**2  # every cell's source together (code is sent to the sandbox and run)
-MAX_JSON_DEPTH = 64  # nesting of the notebook's JSON
-
-
-class CannotGrade(Exception):
-    """The file cannot be graded at all (not a notebook, wrong assignment)."""
-
-
-class TooLarge(CannotGrade):
-    """The file is past one of the MAX_* bounds: refused before it is parsed or run."""
 
 
 def _mb(n: int) -> str:
     return f"{n / 1024**2:.1f} MB"
 
 
-def read_submission(path) -> str:
-    """The text of a submission file; a file past MAX_NOTEBOOK_BYTES is refused without reading it whole."""
+def read_submission(path, limits: GradingLimits = DEFAULT_LIMITS) -> str:
+    """The text of a submission file; a file past ``max_notebook_bytes`` is refused without reading it whole."""
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(MAX_NOTEBOOK_BYTES + 1)
+            head = fh.read(limits.max_notebook_bytes + 1)
     except OSError as err:
         raise CannotGrade(f"cannot read {path}: {err}") from None
-    _check_raw(head, size)
+    _check_raw(head, size, limits)
     return head.decode("utf-8", errors="replace")
 
 
-def _check_raw(raw: bytes | str, size: int) -> None:
+def _check_raw(raw: bytes | str, size: int, limits: GradingLimits = DEFAULT_LIMITS) -> None:
     """Size and cell count of the raw text (milliseconds, nothing parsed): TooLarge past a bound."""
     key = b'"cell_type"' if isinstance(raw, bytes) else '"cell_type"'
-    cells = raw[: MAX_NOTEBOOK_BYTES + 1].count(
+    cells = raw[: limits.max_notebook_bytes + 1].count(
         key
     )  # a key; inside a JSON string its quotes are escaped
     more = "+" if size > len(raw) else ""
-    if cells > MAX_CELLS:
+    if cells > limits.max_cells:
         raise TooLarge(
-            f"too large: {cells}{more} cells (limit {MAX_CELLS}), {_mb(size)}; nothing was run"
+            f"too large: {cells}{more} cells (limit {limits.max_cells}), {_mb(size)}; nothing was run"
         )
-    if size > MAX_NOTEBOOK_BYTES:
-        raise TooLarge(f"too large: {_mb(size)} (limit {_mb(MAX_NOTEBOOK_BYTES)}); nothing was run")
+    if size > limits.max_notebook_bytes:
+        raise TooLarge(
+            f"too large: {_mb(size)} (limit {_mb(limits.max_notebook_bytes)}); nothing was run"
+        )
 
 
-def _check_parsed(data) -> None:
+def _check_parsed(data, limits: GradingLimits = DEFAULT_LIMITS) -> None:
     """Nesting, exact cell count, output and source bytes of the parsed JSON: TooLarge past a bound."""
     stack, outputs, sources = [(data, 0, False)], 0, 0
     while stack:
         x, depth, in_output = stack.pop()
-        if depth > MAX_JSON_DEPTH:
+        if depth > limits.max_json_depth:
             raise TooLarge(
-                f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+                f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
             )
         if isinstance(x, dict):
             stack += [(v, depth + 1, in_output or k == "outputs") for k, v in x.items()]
@@ -112,8 +105,10 @@ def _check_parsed(data) -> None:
             outputs += len(x)
     cells = data.get("cells") if isinstance(data, dict) else None
     if isinstance(cells, list):
-        if len(cells) > MAX_CELLS:
-            raise TooLarge(f"too large: {len(cells)} cells (limit {MAX_CELLS}); nothing was run")
+        if len(cells) > limits.max_cells:
+            raise TooLarge(
+                f"too large: {len(cells)} cells (limit {limits.max_cells}); nothing was run"
+            )
         for cell in cells:
             src = cell.get("source", "") if isinstance(cell, dict) else ""
             sources += (
@@ -121,30 +116,30 @@ def _check_parsed(data) -> None:
                 if isinstance(src, list)
                 else len(str(src))
             )
-    if outputs > MAX_OUTPUT_BYTES:
+    if outputs > limits.max_output_bytes:
         raise TooLarge(
-            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(MAX_OUTPUT_BYTES)}); nothing was run"
+            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(limits.max_output_bytes)}); nothing was run"
         )
-    if sources > MAX_SOURCE_BYTES:
+    if sources > limits.max_source_bytes:
         raise TooLarge(
-            f"too large: {_mb(sources)} of cell sources (limit {_mb(MAX_SOURCE_BYTES)}); nothing was run"
+            f"too large: {_mb(sources)} of cell sources (limit {_mb(limits.max_source_bytes)}); nothing was run"
         )
 
 
-def check_bounds(text: str) -> None:
-    """Every MAX_* bound of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
-    _check_raw(text, len(text))
+def check_bounds(text: str, limits: GradingLimits = DEFAULT_LIMITS) -> None:
+    """Every size bound of ``limits`` (max_*) of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
+    _check_raw(text, len(text), limits)
     try:
         data = json.loads(text)
     except RecursionError:
         raise TooLarge(
-            f"too large: JSON nested more than {MAX_JSON_DEPTH} levels deep; nothing was run"
+            f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
         ) from None
     except ValueError as err:
         raise CannotGrade(
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
-    _check_parsed(data)
+    _check_parsed(data, limits)
 
 
 # ------------------------------------------------------------------------------- the course secret
@@ -223,7 +218,9 @@ def _defined_names(source: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
 
 
-def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
+def make_plan(
+    source_nb: nbformat.NotebookNode, submission_text: str, limits: GradingLimits = DEFAULT_LIMITS
+) -> Plan:
     """The cells ``nbgrader autograde`` would run, in notebook order, each whole; every kind of damage noted.
 
     Read-only cells come from the course's SOURCE notebook (a student's edit is undone, as nbgrader
@@ -231,7 +228,7 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
     are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
     """
     problems = []
-    check_bounds(submission_text)
+    check_bounds(submission_text, limits)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
@@ -243,22 +240,11 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         raise CannotGrade(
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
-    known = {_meta(c).get("grade_id") for c in source_nb.cells}
-    by_id: dict[str, dict] = {}
-    added: dict[str, list[str]] = {}  # code cells the student added, by the grade id above them
-    anchor = ""
-    for cell in cells:
-        gid = _meta(cell).get("grade_id")
-        if not isinstance(gid, str) or gid not in known:
-            if isinstance(cell, dict) and cell.get("cell_type") == "code":
-                added.setdefault(anchor, []).append(_text(cell))
-            continue
-        anchor = gid
-        if gid in by_id:
-            problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
-            continue
-        by_id[gid] = cell
+    order, placement = merged(source_nb.cells, cells)  # the one notebook-order rule
+    for gid in placement.duplicates:
+        problems.append(f"cell {gid!r} appears more than once: the first copy is graded")
     plan_cells, tests, manual, names, skipped = [], [], [], {}, []
+    counts: dict[str, int] = {}  # code cells the student added below each anchor, so far
 
     def add(cell_id: str, source: str, trusted: bool) -> None:
         if is_demo(source):
@@ -266,17 +252,15 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         elif source.strip():
             plan_cells.append((cell_id, source, trusted))
 
-    def add_student_cells(anchor: str) -> None:
-        for i, src in enumerate(added.pop(anchor, []), 1):
-            add(f"{anchor or 'top'}+{i}", src, False)
-
-    previous = ""
-    for cell in source_nb.cells:
-        add_student_cells(previous)
+    for kind, where, cell in order:
+        if kind == "added":  # run as the student's code, where the student put it
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                counts[where] = counts.get(where, 0) + 1
+                add(f"{where or 'top'}+{counts[where]}", _text(cell), False)
+            continue
+        cell, mine = where, cell
         meta = _meta(cell)
         gid = meta.get("grade_id", "")
-        previous = gid
-        mine = by_id.get(gid)
         if meta.get("grade") and meta.get("solution"):
             manual.append((gid, cell_points(cell)))
             if mine is None:
@@ -287,7 +271,7 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(Test(gid, cell_points(cell), gid.startswith(EXTRA_PREFIX)))
+            tests.append(Test(gid, cell_points(cell), is_extra(gid)))
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
             continue
@@ -304,9 +288,6 @@ def make_plan(source_nb: nbformat.NotebookNode, submission_text: str) -> Plan:
         add(gid, cell.source, True)
         if mine is not None and _text(mine).strip() != cell.source.strip():
             problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
-    add_student_cells(previous)
-    for anchor in list(added):  # below a cell the course does not have: run them last
-        add_student_cells(anchor)
     return Plan(plan_cells, tests, manual, names, problems, student, skipped)
 
 
@@ -319,23 +300,36 @@ class Session:
     ``deadline`` is the submission's budget on the session's clock (``clock()``: time.monotonic() at the
     start plus the seconds charged to the sandbox since, so a busy machine does not spend it): every
     cell, call and attribute read checks it first and gets at most what is left (no floor).
-    ``wall_deadline`` (time.monotonic, default WALL_FACTOR x the budget) is the wall-clock backstop;
-    past it + GRACE_SECONDS a watchdog kills the sandbox whatever is running. ``self.deadline`` and
-    ``self.wall_deadline`` may be lowered for one check."""
+    ``wall_deadline`` (time.monotonic, default ``wall_factor`` x the budget) is the wall-clock backstop;
+    past it + ``grace_seconds`` a watchdog kills the sandbox whatever is running. ``self.deadline`` and
+    ``self.wall_deadline`` are lowered for one check by ``within``."""
 
-    def __init__(
-        self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None
-    ):
-        self.plan, self.trusted, self.deadline = plan, trusted, deadline
+    def __init__(self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None,
+                 limits: GradingLimits = DEFAULT_LIMITS):  # fmt: skip
+        self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         if wall_deadline is None:
-            wall_deadline = self.t0 + (deadline - self.t0) * WALL_FACTOR
+            wall_deadline = self.t0 + (deadline - self.t0) * limits.wall_factor
         self.wall_deadline = self.hard_deadline = wall_deadline  # hard_deadline never moves
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
         self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)
         self.restarts = 0
         self._build()
+
+    @contextmanager
+    def within(self, seconds: float):
+        """Lower both deadlines for one block (a check): at most ``seconds`` charged, ``seconds`` x
+        ``wall_factor`` of wall clock, never past the submission's own; both are restored on the way out."""
+        kept = self.deadline, self.wall_deadline
+        self.deadline = min(self.deadline, self.clock() + seconds)
+        self.wall_deadline = min(
+            self.hard_deadline, time.monotonic() + seconds * self.limits.wall_factor
+        )
+        try:
+            yield self
+        finally:
+            self.deadline, self.wall_deadline = kept
 
     def clock(self) -> float:
         return self.t0 + self.spent + (self.runner.charged if self.runner else 0.0)
@@ -349,19 +343,26 @@ class Session:
 
     def _start(self):
         if self.hard_deadline - time.monotonic() <= 0 or self.deadline - self.clock() <= 0:
-            raise RunnerDied("budget")
+            raise BudgetExceeded()
         if self.runner is not None:
             self.spent += self.runner.charged
             self.runner = None
-        kill_at = None if math.isinf(self.hard_deadline) else self.hard_deadline + GRACE_SECONDS
+        kill_at = (
+            None
+            if math.isinf(self.hard_deadline)
+            else self.hard_deadline + self.limits.grace_seconds
+        )
+        start_seconds = self.limits.start_seconds
         start = min(
-            START_SECONDS, self.hard_deadline - time.monotonic()
-        )  # a start ends at the backstop too
+            start_seconds, self.hard_deadline - time.monotonic()
+        )  # ends at the backstop too
         try:
-            self.runner = Runner(trusted=self.trusted, start_timeout=start, kill_at=kill_at)
+            self.runner = Runner(
+                trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
+            )
         except SandboxUnavailable:
-            if start < START_SECONDS and time.monotonic() >= self.hard_deadline:
-                raise RunnerDied("budget") from None  # the backstop, not the sandbox, stopped it
+            if start < start_seconds and time.monotonic() >= self.hard_deadline:
+                raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
             raise
 
     def _build(self):
@@ -371,24 +372,22 @@ class Session:
                 for gid, source, _trusted in self.plan.cells:
                     if gid in self.bad_cells:
                         continue
-                    timeout = min(
-                        CELL_SECONDS, self.left()
-                    )  # read-only cells too: they may call student code
+                    # read-only cells too: they may call student code
+                    timeout = min(self.limits.cell_seconds, self.left())
                     try:
                         reply, _ = self.request(
                             {"op": "exec", "cell": gid, "source": source}, timeout
                         )
-                    except RunnerDied as err:
-                        if str(err) == "budget":
-                            self.bad_cells[gid] = (
-                                "did not run: the submission's time budget ran out"
-                            )
-                        elif str(err) == "timeout":
-                            self.bad_cells[gid] = f"did not finish within {max(timeout, 0):.0f} s"
-                        else:
-                            self.bad_cells[gid] = (
-                                "stopped the Python process (a crash, os._exit, or the memory limit)"
-                            )
+                    except BudgetExceeded:
+                        self.bad_cells[gid] = "did not run: the submission's time budget ran out"
+                        raise
+                    except CallTimeout:
+                        self.bad_cells[gid] = f"did not finish within {max(timeout, 0):.0f} s"
+                        raise
+                    except RunnerDied:
+                        self.bad_cells[gid] = (
+                            "stopped the Python process (a crash, os._exit, or the memory limit)"
+                        )
                         raise
                     if not reply.get("ok"):
                         self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
@@ -403,24 +402,22 @@ class Session:
                 raise
 
     def request(self, header: dict, timeout: float, blobs=()):
-        """One request under the deadlines: RunnerDied("budget") without sending when no time is left.
+        """One request under the deadlines: BudgetExceeded without sending when no time is left.
 
-        ``timeout`` is charged seconds; its wall-clock backstop is WALL_FACTOR times longer."""
+        ``timeout`` is charged seconds; its wall-clock backstop is ``wall_factor`` times longer."""
         left, wall_left = self.deadline - self.clock(), self.wall_deadline - time.monotonic()
         if left <= 0 or wall_left <= 0:
-            raise RunnerDied("budget")
+            raise BudgetExceeded()
         if self.runner is None or self.runner.dead:
-            raise RunnerDied("died")
-        wall = timeout * WALL_FACTOR
+            raise Crashed()
+        wall = timeout * self.limits.wall_factor
         try:
             return self.runner.request(
                 header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
             )
-        except RunnerDied as err:
-            if str(err) == "timeout" and (left <= timeout or wall_left <= wall):
-                raise RunnerDied(
-                    "budget"
-                ) from None  # it was the budget that ran out, not this request's time
+        except CallTimeout:
+            if left <= timeout or wall_left <= wall:  # the budget ran out, not this request's time
+                raise BudgetExceeded() from None
             raise
 
     def ensure(self):
@@ -450,22 +447,20 @@ class Session:
         header = {"op": "call", "target": target, "method": method, "args": enc_args, "kwargs": enc_kwargs,
                   "attrs": list(attrs)}  # fmt: skip
         name = target if isinstance(target, str) else "your code"
-        timeout = min(CALL_SECONDS, self.left())
+        timeout = min(self.limits.call_seconds, self.left())
         try:
-            reply, rblobs = self.request(header, CALL_SECONDS, blobs)
-        except RunnerDied as err:
-            if str(err) == "budget":
-                raise AssertionError(
-                    f"not finished: the time budget of this submission ran out before {name} was called"
-                ) from None
-            if str(err) == "timeout":
-                raise AssertionError(
-                    f"calling {name} did not return within {max(timeout, 0):.0f} s (an endless loop?)"
-                ) from None
-            if str(err) == "memory limit":
-                raise AssertionError(
-                    f"calling {name} went over the sandbox's memory limit"
-                ) from None
+            reply, rblobs = self.request(header, self.limits.call_seconds, blobs)
+        except BudgetExceeded:
+            raise AssertionError(
+                f"not finished: the time budget of this submission ran out before {name} was called"
+            ) from None
+        except CallTimeout:
+            raise AssertionError(
+                f"calling {name} did not return within {max(timeout, 0):.0f} s (an endless loop?)"
+            ) from None
+        except MemoryLimit:
+            raise AssertionError(f"calling {name} went over the sandbox's memory limit") from None
+        except RunnerDied:
             raise AssertionError(
                 f"the process running {name} died (a crash, os._exit, or the memory limit)"
             ) from None
@@ -553,13 +548,14 @@ class Remote:
             raise AttributeError(attr)
         try:
             reply, rblobs = self.session.request(
-                {"op": "getattr", "target": self.handle, "name": attr}, CALL_SECONDS
+                {"op": "getattr", "target": self.handle, "name": attr},
+                self.session.limits.call_seconds,
             )
-        except RunnerDied as err:
-            if str(err) == "budget":
-                raise AssertionError(
-                    f"not finished: the time budget ran out before {self.name}.{attr} was read"
-                ) from None
+        except BudgetExceeded:
+            raise AssertionError(
+                f"not finished: the time budget ran out before {self.name}.{attr} was read"
+            ) from None
+        except RunnerDied:
             raise AssertionError(
                 f"the process running {self.name} died or hung reading .{attr}"
             ) from None
@@ -617,20 +613,20 @@ class Verdict:
 
 
 def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
-               budget: float = BUDGET_SECONDS, wall_deadline: float | None = None) -> dict:  # fmt: skip
+               wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> dict:  # fmt: skip
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
 
-    ``budget``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the backstop, by
-    default WALL_FACTOR x budget from now (the entry points pass one counted from reading the file)."""
+    ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
+    backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
     t_start = time.monotonic()
-    deadline = t_start + budget
+    deadline = t_start + limits.budget_seconds
     if wall_deadline is None:
-        wall_deadline = t_start + budget * WALL_FACTOR
+        wall_deadline = t_start + limits.budget_seconds * limits.wall_factor
     verdicts: list[Verdict] = []
     session = None
     try:
-        session = Session(plan, trusted, deadline, wall_deadline)
+        session = Session(plan, trusted, deadline, wall_deadline, limits)
     except RunnerDied:
         plan.problems.append(
             "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"
@@ -690,9 +686,9 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
     try:
         session.ensure()
         defined = session.defined(list(plan.student_names))
-    except RunnerDied as err:
-        if str(err) == "budget":
-            return verdict(False, "not run: the time budget for this submission ran out")
+    except BudgetExceeded:
+        return verdict(False, "not run: the time budget for this submission ran out")
+    except RunnerDied:
         return verdict(
             False, "not run: the notebook's code crashes, hangs or breaks the Python process"
         )
@@ -711,13 +707,8 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             return verdict(False, f"{name} is not available ({proxies[name].reason})")
     call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
-    kept = session.deadline, session.wall_deadline
-    session.deadline = min(deadline, session.clock() + CHECK_SECONDS)
-    session.wall_deadline = min(
-        session.hard_deadline, time.monotonic() + CHECK_SECONDS * WALL_FACTOR
-    )
     try:
-        with torch.random.fork_rng():
+        with session.within(session.limits.check_seconds), torch.random.fork_rng():
             torch.manual_seed(seed)
             check.fn(*call_args, seed=seed)
         return verdict(True, "passed")
@@ -732,32 +723,3 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             False,
             f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
         )
-    finally:
-        session.deadline, session.wall_deadline = kept
-
-
-def summarise(verdicts: list[Verdict], manual: list[tuple[str, float]] = (), blank=()) -> dict:
-    """Core (the named tests) and extra credit (``ex*``) apart; written answers count in the maximum
-    and are listed as awaiting manual grading (the same numbers feedback, export and formgrader show),
-    except those in ``blank`` (left as released: 0, nothing for a person to grade, as in the gradebook)."""
-    core = [v for v in verdicts if not v.extra]
-    extra = [v for v in verdicts if v.extra]
-    written = {gid: points for gid, points in manual}
-
-    def part(vs, extra_part):
-        mine = {g: p for g, p in written.items() if g.startswith(EXTRA_PREFIX) == extra_part}
-        return {"score": sum(v.score for v in vs), "max_score": sum(v.points for v in vs) + sum(mine.values()),
-                "awaiting_manual": sorted(g for g in mine if g not in blank)}  # fmt: skip
-
-    return {
-        **part(core, False),
-        "extra_credit": part(extra, True),
-        "grades": {
-            v.grade_id: {"score": v.score, "max_score": v.points, "message": v.message}
-            for v in verdicts
-        },
-    }
-
-
-def to_json(result: dict) -> str:
-    return json.dumps(result, indent=2, default=str)

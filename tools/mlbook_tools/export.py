@@ -15,13 +15,9 @@ import csv
 
 from nbgrader.plugins import ExportPlugin
 
-from mlbook_tools.grading import (
-    assignment_points,
-    export_course,
-    submission_scores,
-    submission_status,
-)
+from mlbook_tools.grading import assignment_points, export_course, submission_status
 from mlbook_tools.inert import csv_cell
+from mlbook_tools.result import GradingResult
 
 FIELDS = (
     "score",
@@ -64,16 +60,15 @@ class WideCsvExport(ExportPlugin):
                     )
                     row[f"{assignment.name}:status"] = status
                     continue
-                scores = submission_scores(sub, points[assignment.name])
-                a = assignment.name
-                row.update({f"{a}:score": scores["score"], f"{a}:max_score": scores["max_score"],
-                            f"{a}:extra_credit": scores["extra_credit"]["score"],
-                            f"{a}:extra_credit_max": scores["extra_credit"]["max_score"],
+                scores = GradingResult.from_submission(sub, points[assignment.name])
+                core, extra, a = scores.core, scores.extra, assignment.name
+                row.update({f"{a}:score": core.score, f"{a}:max_score": core.max_score,
+                            f"{a}:extra_credit": extra.score, f"{a}:extra_credit_max": extra.max_score,
                             f"{a}:needs_manual_grade": bool(sub.needs_manual_grade),
                             f"{a}:timestamp": sub.timestamp.isoformat() if sub.timestamp else ""})  # fmt: skip
                 row[f"{a}:status"] = submission_status(export_course(self), a, student.id, sub)
-                for gid, g in scores["grades"].items():
-                    row[f"{a}:{gid}"] = g["score"]
+                for gid, g in scores.grades.items():
+                    row[f"{a}:{gid}"] = g.score
             rows.append(row)
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, restval="")

@@ -76,7 +76,7 @@ def clean_html(html) -> str:
 
 
 def _text(value) -> str:
-    from mlbook_tools.grading import printable
+    from mlbook_tools.feedback import printable
 
     text = printable("".join(value) if isinstance(value, list) else str(value))
     return (

@@ -15,7 +15,8 @@ import json
 import pathlib
 import sys
 
-from mlbook_tools.grading import EXTRA_PREFIX, printable
+from mlbook_tools.feedback import printable
+from mlbook_tools.result import EXTRA_PREFIX
 
 
 def _state(course: pathlib.Path, assignment: str) -> pathlib.Path:

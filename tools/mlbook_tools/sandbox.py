@@ -43,34 +43,22 @@ import sys
 import threading
 import time
 
-from mlbook_tools import protocol
+from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named where they are raised
+    CallTimeout,
+    Crashed,
+    MemoryLimit,
+    ProtocolBroken,
+    RemoteError,
+    RunnerDied,
+    SandboxUnavailable,
+)
+from mlbook_tools.inside import protocol
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
 
 RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
 MAX_REPLY = protocol.MAX_REPLY
 OUTPUT_CAP = 8 * 1024
-LIMITS = {  # per sandbox (the cgroup) and per process (rlimits)
-    "memory_bytes": 3 * 1024**3,  # RAM of the whole sandbox, tmpfs/shm/memfd included (cgroup)
-    "address_space_bytes": 4
-    * 1024**3,  # per process (RLIMIT_AS: virtual, torch reserves more than it uses)
-    "cpu_seconds": 300,
-    "processes": 64,
-    "file_bytes": 64 * 1024**2,
-    "cpus": 1.0,
-}
-TMP_BYTES = 256 * 1024**2
-SHM_BYTES = 16 * 1024**2
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap cannot start here; grading stops unless the instructor opts out."""
-
-
-class RemoteError(Exception):
-    """The student's code raised (message in the student's terms)."""
-
-
-class RunnerDied(Exception):
-    """The sandboxed process died, missed its deadline or broke the protocol; it must be restarted."""
 
 
 @functools.cache
@@ -157,7 +145,7 @@ def _own_cgroup(controller: str) -> pathlib.Path | None:
 class Cgroup:
     """One cgroup v1 group per controller for one sandbox; ``kill`` empties and removes them."""
 
-    def __init__(self, limits: dict):
+    def __init__(self, limits: GradingLimits):
         self.dirs: dict[str, pathlib.Path] = {}
         name = f"mlbook-sandbox-{os.getpid()}-{next(_counter)}"
         try:
@@ -170,13 +158,13 @@ class Cgroup:
                     continue
                 (parent / name).mkdir()
                 self.dirs[c] = parent / name
-            mem = str(int(limits["memory_bytes"]))
+            mem = str(int(limits.memory_bytes))
             self._write("memory", "memory.limit_in_bytes", mem)
             if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
                 self._write("memory", "memory.memsw.limit_in_bytes", mem)
-            self._write("pids", "pids.max", str(int(limits["processes"])))
+            self._write("pids", "pids.max", str(int(limits.processes)))
             self._write("cpu", "cpu.cfs_period_us", "100000")
-            self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits["cpus"])))
+            self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits.cpus)))
         except OSError:
             self.remove()
             raise
@@ -247,7 +235,7 @@ def cgroups_available() -> str | None:
     if os.environ.get("MLBOOK_NO_CGROUP") == "1":
         return "MLBOOK_NO_CGROUP=1"
     try:
-        Cgroup(LIMITS).remove()
+        Cgroup(DEFAULT_LIMITS).remove()
     except OSError as err:
         return f"cannot create a cgroup v1 group: {err}"
     for c in _CONTROLLERS:  # groups left by a grader that was killed (their processes died with it)
@@ -363,7 +351,8 @@ def _bwrap_binary() -> str:
         return shutil.which("bwrap") or "bwrap"
 
 
-def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
+def bwrap_command(inner: list[str], seccomp_fd: int | None = None,
+                  limits: GradingLimits = DEFAULT_LIMITS) -> list[str]:  # fmt: skip
     stage = staging()
     _, stdlib, prefix = _import_roots()
     bwrap = stage / "tool" / "pkg" / "_bin" / "bwrap"
@@ -376,8 +365,8 @@ def bwrap_command(inner: list[str], seccomp_fd: int | None = None) -> list[str]:
             cmd += ["--symlink", os.readlink(p), path]
         elif p.exists():
             cmd += ["--ro-bind", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
-            "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]  # fmt: skip
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm",
+            "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # fmt: skip
     # the interpreter: its prefix (binary, shared lib, stdlib), but never its site-packages
     cmd += ["--ro-bind", str(prefix), str(prefix)]
     # every system-wide package folder stays hidden (a reference installed there must not be importable)
@@ -403,11 +392,6 @@ def python_binary() -> str:
 
 def trusted_mode(no_sandbox: bool = False) -> bool:
     return no_sandbox or os.environ.get("MLBOOK_TRUSTED") == "1"
-
-
-def _rlimits() -> dict:
-    return {"RLIMIT_AS": LIMITS["address_space_bytes"], "RLIMIT_CPU": LIMITS["cpu_seconds"],
-            "RLIMIT_NPROC": LIMITS["processes"], "RLIMIT_FSIZE": LIMITS["file_bytes"], "RLIMIT_CORE": 0}  # fmt: skip
 
 
 # Puts itself into the sandbox's cgroups, then becomes bubblewrap: nothing runs outside them.
@@ -446,9 +430,9 @@ class Runner:
     ``kill_at``: a hard wall-clock deadline (time.monotonic); a watchdog thread kills the whole
     sandbox then, whatever the driver is doing."""
 
-    def __init__(
-        self, trusted: bool = False, start_timeout: float = 60, kill_at: float | None = None
-    ):
+    def __init__(self, trusted: bool = False, start_timeout: float = 60, kill_at: float | None = None,
+                 limits: GradingLimits = DEFAULT_LIMITS):  # fmt: skip
+        self.limits = limits
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
         self.proc, self._pid, self.workdir = None, None, None
         self.charged = 0.0  # seconds charged to this sandbox's requests so far (see ``request``)
@@ -460,7 +444,7 @@ class Runner:
             if trusted:
                 roots, _, _ = _import_roots()
                 paths = sorted({str(r.parent) for r in roots})
-                config = {"fds": [req_r, rep_w], "paths": paths, "limits": _rlimits()}
+                config = {"fds": [req_r, rep_w], "paths": paths, "limits": limits.rlimits()}
                 cmd = [python_binary(), "-S", "-E", "-u", str(RUNNER), json.dumps(config)]
                 env = {
                     "PATH": "/usr/bin:/bin",
@@ -479,7 +463,11 @@ class Runner:
                 os.write(seccomp_w, program)
                 os.close(seccomp_w)
                 fds.append(seccomp_r)
-                config = {"fds": [req_r, rep_w], "paths": ["/sandbox/site"], "limits": _rlimits()}
+                config = {
+                    "fds": [req_r, rep_w],
+                    "paths": ["/sandbox/site"],
+                    "limits": limits.rlimits(),
+                }
                 inner = [
                     python_binary(),
                     "-S",
@@ -488,9 +476,9 @@ class Runner:
                     "/sandbox/runner.py",
                     json.dumps(config),
                 ]
-                cmd = bwrap_command(inner, seccomp_r)
+                cmd = bwrap_command(inner, seccomp_r, limits)
                 if no_cgroup is None:
-                    self.cgroup = Cgroup(LIMITS)
+                    self.cgroup = Cgroup(limits)
                     cmd = ["/bin/sh", "-c", _ENTER, "sh", *self.cgroup.procs_files(), "--", *cmd]
                 env = {}
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -594,7 +582,7 @@ class Runner:
         ran or slept, never the time it waited for a CPU held by someone else), so a busy machine does not
         change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops."""
         if self.dead:
-            raise RunnerDied("died")
+            raise Crashed()
         wall_deadline = time.monotonic() + (timeout if wall_timeout is None else wall_timeout)
         if self.kill_at is not None:
             wall_deadline = min(wall_deadline, self.kill_at)
@@ -613,21 +601,23 @@ class Runner:
             protocol.check_reply(reply, header.get("op"), len(rblobs))
             self.charged += self._charged(s0, self._sample())
             return reply, rblobs
-        except TimeoutError:
-            why = "timeout"
+        except (
+            TimeoutError
+        ):  # the protocol's reader (inside the trust boundary) knows no grader types
+            failure: RunnerDied = CallTimeout()
         except protocol.ProtocolError as err:
-            why = f"broke the protocol ({err})"
+            failure = ProtocolBroken(f"broke the protocol ({err})")
         except (EOFError, OSError, ValueError):
-            why = "died"
+            failure = Crashed()
         except BaseException:
             self.close()
             raise
         if s0 is not None:
             self.charged += self._charged(s0, self._sample())
         self.close()
-        if why == "died" and self.oom:
-            why = "memory limit"
-        raise RunnerDied(why)
+        if isinstance(failure, Crashed) and self.oom:
+            failure = MemoryLimit()
+        raise failure
 
     def kill(self):
         """SIGKILL the sandbox and everything in its cgroup (safe from any thread)."""

@@ -1,0 +1,233 @@
+"""What a student and an instructor read: verdicts as cell outputs, the autograded notebook, the
+feedback page's preprocessors (nbgrader ``GenerateFeedback``). Hidden tests are stripped and a
+verdict becomes a cell's output in one place each (``strip_hidden_tests``, ``verdict_outputs``);
+every text from a student's code passes ``printable`` and is capped."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from nbconvert.preprocessors import Preprocessor
+from nbgrader.preprocessors import GetGrades
+
+from mlbook_tools.notebook_order import merged
+from mlbook_tools.result import CellGrade, GradingResult, is_extra
+
+OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def strip_hidden_tests(source: str) -> str:
+    """A test cell's source without its hidden-test regions (the marker lines included)."""
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if HIDDEN_BEGIN in line:
+            hidden = True
+        elif HIDDEN_END in line:
+            hidden = False
+        elif not hidden:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters but newline and tab: a student's error message cannot move
+    a terminal's cursor, hide lines or recolour a report (ANSI escapes)."""
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
+
+
+def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
+    text = printable(text)
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n... [{len(text) - limit} more characters not shown]"
+    )
+
+
+def _cap_outputs(outputs: list) -> list:
+    """A student's stored outputs as the autograded notebook keeps them: inert and capped (inert.py)."""
+    from mlbook_tools.inert import inert_outputs
+
+    return inert_outputs(outputs)
+
+
+def _added(cell):
+    """A cell the student added, as the autograded notebook keeps it (inert.py): no active content."""
+    from mlbook_tools.inert import inert_cell
+
+    cell = copy.deepcopy(cell)
+    inert_cell(cell, added=True)
+    return cell
+
+
+def _inert_attachments(attachments, source: str) -> dict:
+    from mlbook_tools.inert import inert_attachments
+
+    return inert_attachments(attachments, source)
+
+
+def verdict_outputs(grade: CellGrade | None) -> list:
+    """A test cell's outputs for a verdict: ``passed (2 / 2)`` on stdout, else the message as an
+    AssertionError (capped, printable); no verdict at all is "not graded"."""
+    import nbformat
+
+    if grade is not None and grade.passed:
+        return [nbformat.v4.new_output("stream", name="stdout",
+                                       text=f"passed ({grade.score:g} / {grade.max_score:g})\n")]  # fmt: skip
+    message = _cap((grade.message or "") if grade is not None else "not graded")
+    return [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
+                                   traceback=[f"AssertionError: {message}"])]  # fmt: skip
+
+
+def _shown_added(cell) -> bool:
+    """Whether an added cell appears in the autograded notebook: code and markdown the student wrote;
+    never a cell carrying a grade id the course does not have (nbgrader would look that grade up)."""
+    if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown"):
+        return False
+    meta = cell.get("metadata", {})
+    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
+
+
+def autograded_notebook(source_nb, plan, result: GradingResult):
+    """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
+    import nbformat
+
+    student = plan.notebook if plan is not None else None
+    order, _ = merged(source_nb.cells, student.cells if student is not None else [])
+    cells = []
+    if result.error or result.problems:
+        lines = [
+            f"* {p}" for p in ([result.error] if result.error else []) + (result.problems or [])
+        ]
+        cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
+    for kind, where, mine in order:
+        if kind == "added":  # shown where the student put it (the plan ran it there), inert
+            if _shown_added(mine):
+                cells.append(_added(mine))
+            continue
+        src = where
+        meta = src.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        cell = copy.deepcopy(src)
+        if meta.get("solution") and mine is not None:
+            text = mine.get("source", "")
+            cell.source = "".join(text) if isinstance(text, list) else str(text)
+            if cell.cell_type == "markdown":  # the student's images only (inert.py)
+                cell.pop("attachments", None)
+                if images := _inert_attachments(mine.get("attachments"), cell.source):
+                    cell.attachments = images
+        elif meta.get("solution"):
+            cell.source = ""
+        if cell.cell_type == "code":
+            cell.source = (
+                strip_hidden_tests(cell.source).rstrip() if meta.get("grade") else cell.source
+            )
+            cell.outputs = (
+                _cap_outputs(mine.get("outputs", []))
+                if mine is not None and not meta.get("grade")
+                else []
+            )
+            cell.execution_count = None
+            if meta.get("grade") and gid in result.grades:
+                cell.outputs = verdict_outputs(result.grades[gid])
+        cells.append(cell)
+    nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i}"
+        if cell.cell_type != "code":
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+    return nb
+
+
+# ------------------------------------------------------------------ the feedback page
+
+
+class RedactHiddenTests(Preprocessor):
+    """For feedback: drop hidden-test regions and cut test-cell tracebacks down to ``Error: message``.
+
+    nbgrader's ClearHiddenTests removes the hidden source, but an error's traceback quotes the
+    hidden lines that raised it; students keep the message (written for them) and nothing else.
+    """
+
+    enabled = True
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            return cell, resources
+        cell.source = strip_hidden_tests(cell.source)
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                out.traceback = [f"{out.ename}: {out.evalue}"]
+        return cell, resources
+
+
+class GetGradesWithStatus(GetGrades):
+    """nbgrader's GetGrades, plus what its 0.0 placeholder hides: whether the cell awaits manual grading."""
+
+    def _get_score(self, cell, resources):
+        super()._get_score(cell, resources)
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)  # fmt: skip
+        cell.metadata.nbgrader["needs_manual_grade"] = bool(grade.needs_manual_grade)
+
+
+class CoreExtraSummary(Preprocessor):
+    """For feedback: the header shows the core points and the extra credit apart (the numbers ``mlbook
+    grade`` prints), each extra-credit cell its possible points, and ungraded written answers as awaiting."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        import nbformat
+
+        from mlbook_tools.driver import cell_points
+
+        result = GradingResult()
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if not meta.get("grade"):
+                continue
+            gid = meta.get("grade_id", "")
+            result.grades[gid] = CellGrade(gid, float(meta.get("score") or 0.0), cell_points(cell),
+                                           awaiting_manual=bool(meta.get("needs_manual_grade")))  # fmt: skip
+            meta["points"] = cell_points(cell)  # what the cell may earn, shown next to its score
+            meta["mlbook_extra_credit"] = is_extra(gid)  # the page's label (result.py decides)
+        core, extra = result.core, result.extra
+        waiting = [g.grade_id for g in result.grades.values() if g.awaiting_manual]
+        info = resources.setdefault("nbgrader", {})
+        info["score"], info["max_score"] = core.score, core.max_score
+        info["extra_credit"], info["extra_credit_max"] = extra.score, extra.max_score
+        lines = [
+            f"**Core: {core.score:g} / {core.max_score:g} points.** Extra credit: {extra.score:g} / {extra.max_score:g} (optional, counted apart)."
+        ]
+        if waiting:
+            lines.append("Awaiting manual grading: " + ", ".join(waiting) + ".")
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n\n".join(lines)))
+        return nb, resources
+
+
+class CapOutputs(Preprocessor):
+    """For feedback: every printed output cut to a readable length (a 50 MB line stays out)."""
+
+    enabled = True
+    limit = 2000
+
+    def preprocess_cell(self, cell, resources, index):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and len(out.get("text", "")) > self.limit:
+                out["text"] = (
+                    out["text"][: self.limit]
+                    + f"\n... [{len(out['text']) - self.limit} more characters]"
+                )
+            for key, value in list(out.get("data", {}).items()):
+                if key.startswith("text/") and isinstance(value, str) and len(value) > self.limit:
+                    out["data"][key] = value[: self.limit] + "\n... [cut]"
+        return cell, resources

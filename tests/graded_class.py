@@ -49,8 +49,13 @@ TOKEN = (
 )  # never written literally into a submission's output by the graders
 # The run's limits: short, so that the catalog's slow entries cost 45 s each, not the default 300.
 # budget_seconds: per submission (slow entries use all of it; honest work needs ~6 s on a quiet core)
-LIMITS = dataclasses.replace(DEFAULT_LIMITS, cell_seconds=8.0, call_seconds=5.0,
-                             memory_bytes=1536 * 1024**2, budget_seconds=45.0)  # fmt: skip
+LIMITS = dataclasses.replace(
+    DEFAULT_LIMITS,
+    cell_seconds=8.0,
+    call_seconds=5.0,
+    memory_bytes=1536 * 1024**2,
+    budget_seconds=45.0,
+)
 BUDGET = LIMITS.budget_seconds
 # What one submission may take, sandbox start-up included: the budget counts the sandbox's own CPU
 # time, so on a busy machine a submission may run to its wall-clock backstop (wall_factor x the
@@ -251,8 +256,13 @@ def submissions(course: pathlib.Path, fast: bool = True, full: bool = True) -> d
     def wanted(name, full_tier):
         return full if name in full_tier else fast
 
-    subs.update({name: build_submission(entry, course) for name, entry in adv.ENTRIES.items()
-                 if wanted(name, FULL_ENTRIES)})  # fmt: skip
+    subs.update(
+        {
+            name: build_submission(entry, course)
+            for name, entry in adv.ENTRIES.items()
+            if wanted(name, FULL_ENTRIES)
+        }
+    )
     base = nbformat.read(SOLVED, as_version=4)
     for name, style in STYLES.items():
         if wanted(name, FULL_STYLES):
@@ -267,8 +277,12 @@ def grade(root: pathlib.Path, fast: bool = True, full: bool = True) -> GradedCla
     subs = submissions(course, fast, full)
     for student, text in subs.items():
         submit(course, student, text)
-    protected = [course / "nbgrader_config.py", course / driver.SECRET_FILE, course / "source" / NB / f"{NB}.ipynb",
-                 *sorted(course.glob(f"submitted/*/{NB}/{NB}.ipynb"))]  # fmt: skip
+    protected = [
+        course / "nbgrader_config.py",
+        course / driver.SECRET_FILE,
+        course / "source" / NB / f"{NB}.ipynb",
+        *sorted(course.glob(f"submitted/*/{NB}/{NB}.ipynb")),
+    ]
     before = {p: digest(p) for p in protected}
     files_before = set(course.rglob("*"))
     lines = []
@@ -302,5 +316,8 @@ def written_answers() -> dict[str, float]:
     from mlbook_tools.driver import cell_points
 
     source = nbformat.read(ROOT / "autograde" / "source" / NB / f"{NB}.ipynb", as_version=4)
-    return {c.metadata.nbgrader["grade_id"]: cell_points(c) for c in source.cells
-            if c.metadata.get("nbgrader", {}).get("grade") and c.metadata.nbgrader.get("solution")}  # fmt: skip
+    return {
+        c.metadata.nbgrader["grade_id"]: cell_points(c)
+        for c in source.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and c.metadata.nbgrader.get("solution")
+    }

@@ -147,8 +147,15 @@ def test_problems_are_noted_for_that_student_only(graded_class):
 
 
 def test_regrading_is_resumable_and_gives_the_same_scores(graded_class):
-    again = grade_class(graded_class.course, NB, workers=WORKERS, progress=False, out=open(os.devnull, "w"),
-                        limits=LIMITS, budget=BUDGET)  # fmt: skip
+    again = grade_class(
+        graded_class.course,
+        NB,
+        workers=WORKERS,
+        progress=False,
+        out=open(os.devnull, "w"),
+        limits=LIMITS,
+        budget=BUDGET,
+    )
     timed = {
         n for n, e in adv.ENTRIES.items() if e.get("lost", []) is None
     }  # slow entries: load decides
@@ -220,8 +227,14 @@ def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(graded
         (shutil.copytree if src.is_dir() else shutil.copy)(src, course / part)
     submit(course, "zoe", graded_class.subs["alice"])
     out = []
-    results = grade_class(course, NB, workers=1, progress=False, out=type("O", (), {"write": lambda s, t: out.append(t), "flush": lambda s: None})(),
-                          limits=dataclasses.replace(LIMITS, cell_seconds="not a number"))  # fmt: skip
+    results = grade_class(
+        course,
+        NB,
+        workers=1,
+        progress=False,
+        out=type("O", (), {"write": lambda s, t: out.append(t), "flush": lambda s: None})(),
+        limits=dataclasses.replace(LIMITS, cell_seconds="not a number"),
+    )
     assert (
         set(results) == {"zoe"}
         and results["zoe"].get("ungraded")

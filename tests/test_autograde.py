@@ -78,8 +78,15 @@ def test_feedback_and_grades_csv(graded_class):
     )  # core and extra credit apart
     # ... but neither the hidden tests' source nor a traceback quoting them (a hidden test's traceback would
     # name check_* / _call_quiet / _expect; tracebacks of the student's own visible cells may stay)
-    for leak in ("_brute_gae", "check_gae", "check_shaped_rewards", "_call_quiet", "_expect(", "BEGIN HIDDEN TESTS",
-                 "_last_index_loop"):  # fmt: skip
+    for leak in (
+        "_brute_gae",
+        "check_gae",
+        "check_shaped_rewards",
+        "_call_quiet",
+        "_expect(",
+        "BEGIN HIDDEN TESTS",
+        "_last_index_loop",
+    ):
         assert leak not in html, leak
     rows = graded_class.export()
     alice = read_scores(graded_class.course / "gradebook.db", NB, "alice")
@@ -103,8 +110,11 @@ def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):
 
 
 def test_mlbook_grade_prints_every_message_and_the_manual_cells():
-    run = subprocess.run([sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb")],
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb")],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     for name in SIX:
         assert f"FAIL {name}" in run.stdout
@@ -181,8 +191,10 @@ def test_one_score_everywhere(graded_class):
     assert "Awaiting manual grading" in html and "Score: 0.0 / 1.0" not in html
     for exporter, prefix in ((None, ""), ("mlbook_tools.export.WideCsvExport", f"{NB}:")):
         row = graded_class.export(exporter)["alice"]
-        assert [float(row[prefix + k]) for k in ("score", "max_score", "extra_credit", "extra_credit_max")] == [
-            core, core, extra, extra_max], exporter  # fmt: skip
+        assert [
+            float(row[prefix + k])
+            for k in ("score", "max_score", "extra_credit", "extra_credit_max")
+        ] == [core, core, extra, extra_max], exporter
     mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
     assert (mine.core.score, mine.core.max_score) == (core, core)
     assert (mine.extra.score, mine.extra.max_score) == (extra, extra_max)

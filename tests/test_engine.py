@@ -23,7 +23,7 @@ CHECKS = {
     gid: (c.fn, list(c.names))
     for gid, c in ppo_checks.CHECKS.items()
     if not c.extra and gid != cat.TRAIN
-}  # fmt: skip  (the registry: grade id -> check, names)
+}  # the registry: grade id -> check, names
 SYMBOLS = list(cat.USES)
 
 
@@ -189,8 +189,13 @@ def test_plan_runs_every_read_only_cell_whole_unless_the_notebook_flags_it():
     release = nbformat.read(ROOT / "chapters" / "rlhf_ppo.ipynb", as_version=4)
     plan = driver.make_plan(source_nb, nbformat.writes(release))
     planned = {gid: src for gid, src, _ in plan.cells}
-    read_only = [c for c in source_nb.cells if c.cell_type == "code"
-                 and not c.metadata["nbgrader"].get("grade") and not c.metadata["nbgrader"].get("solution")]  # fmt: skip
+    read_only = [
+        c
+        for c in source_nb.cells
+        if c.cell_type == "code"
+        and not c.metadata["nbgrader"].get("grade")
+        and not c.metadata["nbgrader"].get("solution")
+    ]
     for cell in read_only:
         gid = cell.metadata["nbgrader"]["grade_id"]
         if driver.is_demo(cell.source):

@@ -63,8 +63,16 @@ def _course(root):
 
 
 def _scores(course) -> dict:
-    results = grade_class(course, NB, workers=2, force=True, progress=False, out=open(os.devnull, "w"),
-                          limits=LIMITS, budget=BUDGET)  # fmt: skip
+    results = grade_class(
+        course,
+        NB,
+        workers=2,
+        force=True,
+        progress=False,
+        out=open(os.devnull, "w"),
+        limits=LIMITS,
+        budget=BUDGET,
+    )
     assert not any(r.get("ungraded") for r in results.values()), results
     return {s: {g: v["score"] for g, v in r["grades"].items()} for s, r in results.items()}
 

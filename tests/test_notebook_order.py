@@ -15,20 +15,29 @@ v4 = nbformat.v4
 def _cell(kind: str, source: str, gid: str | None = None, **flags):
     cell = v4.new_code_cell(source) if kind == "code" else v4.new_markdown_cell(source)
     if gid is not None:
-        cell.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, "locked": not flags.get("solution"),
-                                     "grade": False, "solution": False, "task": False, **flags}  # fmt: skip
+        cell.metadata["nbgrader"] = {
+            "grade_id": gid,
+            "schema_version": 3,
+            "locked": not flags.get("solution"),
+            "grade": False,
+            "solution": False,
+            "task": False,
+            **flags,
+        }
     return cell
 
 
 def _source():
     """intro (read-only), an answer cell, its test, a read-only helper, a second answer."""
-    return v4.new_notebook(cells=[
-        _cell("markdown", "# Intro", "intro"),
-        _cell("code", "def f(x):\n    raise NotImplementedError", "answer_f", solution=True),
-        _cell("code", "assert f(1) == 2", "test_f", grade=True, points=1),
-        _cell("code", "HELPER = 3", "helper"),
-        _cell("code", "def g(x):\n    raise NotImplementedError", "answer_g", solution=True),
-    ])  # fmt: skip
+    return v4.new_notebook(
+        cells=[
+            _cell("markdown", "# Intro", "intro"),
+            _cell("code", "def f(x):\n    raise NotImplementedError", "answer_f", solution=True),
+            _cell("code", "assert f(1) == 2", "test_f", grade=True, points=1),
+            _cell("code", "HELPER = 3", "helper"),
+            _cell("code", "def g(x):\n    raise NotImplementedError", "answer_g", solution=True),
+        ]
+    )
 
 
 def _student():
@@ -74,10 +83,21 @@ def test_each_added_cell_belongs_below_the_nearest_course_cell_above_it():
 def test_the_course_order_wins_and_added_cells_follow_their_anchor():
     order, _ = merged(_source().cells, _student().cells)
     seq = [(kind, grade_id(x) if kind == "course" else x) for kind, x, _ in order]
-    assert seq == [("added", TOP), ("course", "intro"), ("course", "answer_f"), ("added", "answer_f"),
-                   ("added", "answer_f"), ("course", "test_f"), ("added", "test_f"), ("added", "test_f"),
-                   ("course", "helper"), ("added", "helper"), ("added", "helper"), ("course", "answer_g"),
-                   ("added", "answer_g")]  # fmt: skip
+    assert seq == [
+        ("added", TOP),
+        ("course", "intro"),
+        ("course", "answer_f"),
+        ("added", "answer_f"),
+        ("added", "answer_f"),
+        ("course", "test_f"),
+        ("added", "test_f"),
+        ("added", "test_f"),
+        ("course", "helper"),
+        ("added", "helper"),
+        ("added", "helper"),
+        ("course", "answer_g"),
+        ("added", "answer_g"),
+    ]
 
 
 def test_an_untouched_or_empty_notebook_adds_nothing():
@@ -92,11 +112,33 @@ def test_the_plan_and_the_autograded_notebook_follow_the_same_order():
     source, student = _source(), _student()
     plan = driver.make_plan(source, nbformat.writes(student))
     ran = [cid for cid, _, _ in plan.cells]
-    assert ran == ["top+1", "answer_f", "answer_f+1", "test_f+1", "test_f+2", "helper", "helper+1",
-                   "helper+2", "answer_g", "answer_g+1"]  # fmt: skip
+    assert ran == [
+        "top+1",
+        "answer_f",
+        "answer_f+1",
+        "test_f+1",
+        "test_f+2",
+        "helper",
+        "helper+1",
+        "helper+2",
+        "answer_g",
+        "answer_g+1",
+    ]
     assert any("'helper' appears more than once" in p for p in plan.problems)
     nb = feedback.autograded_notebook(source, plan, GradingResult(problems=[]))
     shown = [c.source.split("  #")[0] for c in nb.cells]
     # the same order; markdown the student wrote is shown too, a cell naming an unknown grade id is not
-    assert shown == ["import math", "# Intro", "def f(x):\n    raise NotImplementedError", "f = lambda x: 2 * x", "my notes", "assert f(1) == 2", "y = 1",
-                     "HELPER = 3", "HELPER = 4", "w = 0", "def g(x):\n    raise NotImplementedError", "z = g"]  # fmt: skip
+    assert shown == [
+        "import math",
+        "# Intro",
+        "def f(x):\n    raise NotImplementedError",
+        "f = lambda x: 2 * x",
+        "my notes",
+        "assert f(1) == 2",
+        "y = 1",
+        "HELPER = 3",
+        "HELPER = 4",
+        "w = 0",
+        "def g(x):\n    raise NotImplementedError",
+        "z = g",
+    ]

@@ -41,13 +41,32 @@ class _Slots:
 
 def test_every_tag_round_trips_driver_to_runner():
     kept = {}
-    runner = protocol.Codec(keep=lambda o: kept.setdefault(len(kept), o) and len(kept) - 1, make_handle=lambda h, t: ("H", h), rebuild=True)  # fmt: skip
+    runner = protocol.Codec(
+        keep=lambda o: kept.setdefault(len(kept), o) and len(kept) - 1,
+        make_handle=lambda h, t: ("H", h),
+        rebuild=True,
+    )
     driver = protocol.Codec(make_handle=lambda h, t: ("remote", h, t))
     model = TinyCausalLM(ToyLMConfig(init_std=0.3))
     batch = DemoBatch(torch.arange(6).reshape(2, 3), torch.full((2, 3), -100))
-    value = [None, True, "s", 3, 2.5, float("nan"), float("-inf"), (1, (2.0,)), {"k": torch.ones(2, dtype=torch.float64)},
-             torch.zeros(0, 3), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([True]),
-             torch.ones(2, dtype=torch.bfloat16), ToyLMConfig(d_model=16), batch, model]  # fmt: skip
+    value = [
+        None,
+        True,
+        "s",
+        3,
+        2.5,
+        float("nan"),
+        float("-inf"),
+        (1, (2.0,)),
+        {"k": torch.ones(2, dtype=torch.float64)},
+        torch.zeros(0, 3),
+        torch.tensor([1, 2], dtype=torch.int32),
+        torch.tensor([True]),
+        torch.ones(2, dtype=torch.bfloat16),
+        ToyLMConfig(d_model=16),
+        batch,
+        model,
+    ]
     blobs, leaves = [], []
     enc = driver.encode(value, blobs, leaves)
     header, raw = _through_pipe(
@@ -129,14 +148,14 @@ MALFORMED = {
     "tensor_bytes_short": _frame(
         b'{"ok": true, "result": {"tensor": 0}, "tensors": [{"dtype": "float32", "shape": [4], "nbytes": 16}]}',
         b"\0" * 8,
-    ),  # fmt: skip
+    ),
     "tensor_bad_dtype": _frame(
         b'{"ok": true, "result": {"tensor": 0}, "tensors": [{"dtype": "object", "shape": [1], "nbytes": 8}]}',
         b"\0" * 8,
-    ),  # fmt: skip
+    ),
     "tensor_too_big": _frame(
         b'{"ok": true, "result": {"tensor": 0}, "tensors": [{"dtype": "uint8", "shape": [100000, 100000], "nbytes": 10000000000}]}'
-    ),  # fmt: skip
+    ),
     "header_length_past_body": struct.pack("<Q", 16) + struct.pack("<Q", 1 << 40) + b"{}      ",
     "oversize": struct.pack("<Q", protocol.MAX_REPLY + 1),
     "tiny_length": struct.pack("<Q", 3) + b"abc",

@@ -39,7 +39,11 @@ def test_source_notebook_test_cells_come_from_the_registry():
         )
         assert points == check.points, gid
         assert check.call_source() in cell.source and "@graded" not in cell.source, gid
-    tests = [g for g, c in cells.items() if c.metadata["nbgrader"].get("grade") and not c.metadata["nbgrader"].get("solution")]  # fmt: skip
+    tests = [
+        g
+        for g, c in cells.items()
+        if c.metadata["nbgrader"].get("grade") and not c.metadata["nbgrader"].get("solution")
+    ]
     assert sorted(tests) == sorted(CHECKS)  # no graded cell without a declared check
 
 
@@ -82,8 +86,11 @@ def test_a_test_header_without_a_declared_check_fails_the_build(fragments):
 
 
 def test_points_or_check_in_a_header_are_refused_with_the_reason(fragments):
-    _edit(fragments, 'test="test_gae_matches_brute_force_and_mc_return"',
-          'test="test_gae_matches_brute_force_and_mc_return" points=3')  # fmt: skip
+    _edit(
+        fragments,
+        'test="test_gae_matches_brute_force_and_mc_return"',
+        'test="test_gae_matches_brute_force_and_mc_return" points=3',
+    )
     with pytest.raises(ValueError, match="points come from its @graded"):
         build.source_notebook("rlhf_ppo")
 

@@ -10,11 +10,22 @@ from mlbook_tools.result import BadResult, CellGrade, GradingResult, is_extra
 
 
 def _result() -> GradingResult:
-    grades = {gid: CellGrade(gid, score, top, msg) for gid, score, top, msg in [
-        ("test_gae", 2.0, 2.0, "passed"), ("test_clip", 0.0, 3.0, "the ratio is not clipped"),
-        ("ex1_kl", 1.5, 1.5, "passed")]}  # fmt: skip
-    return GradingResult(grades, {"ex_essay": 4.0, "essay": 1.0}, problems=["note"], output="hi",
-                         seconds=1.25, cell_errors={"gae": "NameError: x"})  # fmt: skip
+    grades = {
+        gid: CellGrade(gid, score, top, msg)
+        for gid, score, top, msg in [
+            ("test_gae", 2.0, 2.0, "passed"),
+            ("test_clip", 0.0, 3.0, "the ratio is not clipped"),
+            ("ex1_kl", 1.5, 1.5, "passed"),
+        ]
+    }
+    return GradingResult(
+        grades,
+        {"ex_essay": 4.0, "essay": 1.0},
+        problems=["note"],
+        output="hi",
+        seconds=1.25,
+        cell_errors={"gae": "NameError: x"},
+    )
 
 
 def test_totals_split_core_and_extra_credit_by_grade_id():
@@ -38,16 +49,19 @@ def test_the_json_form_is_what_mlbook_grade_prints_and_round_trips():
     assert GradingResult.from_json(r.to_json()) == r
 
 
-@pytest.mark.parametrize("damage", [
-    lambda d: d.update(score=10.0),  # a total that is not the sum of its cells
-    lambda d: d["extra_credit"].update(max_score=0.0),
-    lambda d: d["grades"]["test_gae"].update(score=float("nan")),
-    lambda d: d["grades"]["test_gae"].update(score="2"),
-    lambda d: d["grades"]["test_gae"].update(message=["x"]),
-    lambda d: d.update(grades=[]),
-    lambda d: d.update(problems="note"),
-    lambda d: d["manual_points"].update(essay=None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d.update(score=10.0),  # a total that is not the sum of its cells
+        lambda d: d["extra_credit"].update(max_score=0.0),
+        lambda d: d["grades"]["test_gae"].update(score=float("nan")),
+        lambda d: d["grades"]["test_gae"].update(score="2"),
+        lambda d: d["grades"]["test_gae"].update(message=["x"]),
+        lambda d: d.update(grades=[]),
+        lambda d: d.update(problems="note"),
+        lambda d: d["manual_points"].update(essay=None),
+    ],
+)
 def test_a_damaged_result_is_refused(damage):
     data = _result().to_dict()
     damage(data)

@@ -88,12 +88,16 @@ def _run(r, source, timeout=60):
 def test_only_the_runner_pipes_are_open_and_the_repository_is_not_mounted():
     r = _runner()
     try:
-        got = _run(r, (
-            "import os, json\n\ndef probe():\n    fds = []\n    for fd in os.listdir('/proc/self/fd'):\n"
-            "        try:\n            fds.append([int(fd), os.readlink(f'/proc/self/fd/{fd}')])\n"
-            "        except OSError:\n            pass  # the descriptor listdir itself used\n"
-            "    config = json.loads(open('/proc/self/cmdline').read().split('\\0')[-2])\n"
-            "    return json.dumps([fds, config['fds'], open('/proc/self/mountinfo').read()])\n"))  # fmt: skip
+        got = _run(
+            r,
+            (
+                "import os, json\n\ndef probe():\n    fds = []\n    for fd in os.listdir('/proc/self/fd'):\n"
+                "        try:\n            fds.append([int(fd), os.readlink(f'/proc/self/fd/{fd}')])\n"
+                "        except OSError:\n            pass  # the descriptor listdir itself used\n"
+                "    config = json.loads(open('/proc/self/cmdline').read().split('\\0')[-2])\n"
+                "    return json.dumps([fds, config['fds'], open('/proc/self/mountinfo').read()])\n"
+            ),
+        )
         fds, runner_fds, mountinfo = json.loads(got)
         assert sorted(fd for fd, _ in fds) == sorted([0, 1, 2, *runner_fds]), fds
         assert all(target.startswith(("pipe:", "/dev/null")) for _, target in fds), fds
@@ -107,16 +111,28 @@ def test_only_the_runner_pipes_are_open_and_the_repository_is_not_mounted():
 def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox():
     r = _runner(limits=DEFAULT_LIMITS.replace(memory_bytes=400 * 1024**2))
     try:
-        got = _run(r, (
-            "import os\n\ndef probe():\n    out = {}\n    for path in ('/dev/shm/x', '/tmp/x'):\n        try:\n"
-            "            with open(path, 'wb') as f:\n                for _ in range(300):\n                    f.write(b'1' * 2**20)\n"
-            "            out[path] = 'wrote 300 MiB'\n        except OSError as err:\n            out[path] = err.errno\n"
-            "        os.remove(path)\n    return out\n"))  # fmt: skip
+        got = _run(
+            r,
+            (
+                "import os\n\ndef probe():\n    out = {}\n    for path in ('/dev/shm/x', '/tmp/x'):\n        try:\n"
+                "            with open(path, 'wb') as f:\n                for _ in range(300):\n                    f.write(b'1' * 2**20)\n"
+                "            out[path] = 'wrote 300 MiB'\n        except OSError as err:\n            out[path] = err.errno\n"
+                "        os.remove(path)\n    return out\n"
+            ),
+        )
         got = dict(got["dict"])  # ENOSPC (size-capped tmpfs) or EFBIG (RLIMIT_FSIZE): never 300 MiB
         assert got["/dev/shm/x"] == 28 and got["/tmp/x"] in (27, 28), got
-        r.request({"op": "exec", "cell": "m", "source": (
-            "import os\nfds = [os.memfd_create('hog') for _ in range(25)]  # 25 x 40 MiB: each under RLIMIT_FSIZE\n"
-            "for fd in fds:\n    for _ in range(40):\n        os.write(fd, b'1' * 2**20)\n")}, timeout=60)  # fmt: skip
+        r.request(
+            {
+                "op": "exec",
+                "cell": "m",
+                "source": (
+                    "import os\nfds = [os.memfd_create('hog') for _ in range(25)]  # 25 x 40 MiB: each under RLIMIT_FSIZE\n"
+                    "for fd in fds:\n    for _ in range(40):\n        os.write(fd, b'1' * 2**20)\n"
+                ),
+            },
+            timeout=60,
+        )
         pytest.fail("1000 MiB in a memfd fitted in a 400 MiB sandbox")
     except sandbox.RunnerDied as err:
         assert isinstance(err, sandbox.MemoryLimit), repr(err)
@@ -134,10 +150,14 @@ def test_threads_are_capped_and_close_leaves_no_cgroup():
         int(100000 * DEFAULT_LIMITS.cpus)
     )
     try:
-        got = _run(r, (
-            "import threading, time\n\ndef probe():\n    n = 0\n    try:\n        for _ in range(500):\n"
-            "            threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n            n += 1\n"
-            "    except RuntimeError:\n        pass\n    return n\n"))  # fmt: skip
+        got = _run(
+            r,
+            (
+                "import threading, time\n\ndef probe():\n    n = 0\n    try:\n        for _ in range(500):\n"
+                "            threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n            n += 1\n"
+                "    except RuntimeError:\n        pass\n    return n\n"
+            ),
+        )
         assert 0 < got < DEFAULT_LIMITS.processes
     finally:
         r.close()
@@ -193,7 +213,7 @@ def test_no_combination_of_cells_and_attribute_reads_exceeds_the_budget():
         driver.Session(plan, trusted=False, deadline=t0 + 6)
     # 6 s charged (sleep is charged); the wall-clock bound is the backstop (a busy machine's start-up)
     assert time.monotonic() - t0 < 6 * DEFAULT_LIMITS.wall_factor + DEFAULT_LIMITS.grace_seconds + 1
-    slow = "import time\n\nclass Slow:\n    @property\n    def beta(self):\n        time.sleep(0.5)\n        return 1.0\n\ndef make():\n    return Slow()\n"  # fmt: skip
+    slow = "import time\n\nclass Slow:\n    @property\n    def beta(self):\n        time.sleep(0.5)\n        return 1.0\n\ndef make():\n    return Slow()\n"
     s = driver.Session(
         driver.Plan([("slow", slow, False)], [], [], {}), trusted=False, deadline=float("inf")
     )

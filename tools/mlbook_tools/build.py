@@ -159,8 +159,10 @@ def object_source(spec: str, stub: bool = False, stub_methods: str = "") -> tupl
             seg = _segment(lines, node)
             offset = node.lineno - 1
             methods = {m.strip() for m in stub_methods.split(",")}
-            for item in sorted((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in methods),
-                               key=lambda n: -n.lineno):  # fmt: skip
+            for item in sorted(
+                (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in methods),
+                key=lambda n: -n.lineno,
+            ):
                 a, b = item.lineno - 1 - offset, item.end_lineno - offset
                 seg[a:b] = _stubbed(lines, item)
             chunks.append("\n".join(seg))
@@ -236,8 +238,10 @@ def _check_header(frag: pathlib.Path, index: int, cell) -> None:
     allowed = MARKDOWN_KEYS if cell.cell_type == "markdown" else CODE_KEYS
     unknown = sorted(set(cell.metadata) - allowed - JUPYTEXT_KEYS)
     if unknown:
-        hint = {"points": "a test's points come from its @graded(...) in tests/ppo_checks.py",
-                "check": "a test's check is the one declared with @graded(<grade id>, ...) in tests/ppo_checks.py"}  # fmt: skip
+        hint = {
+            "points": "a test's points come from its @graded(...) in tests/ppo_checks.py",
+            "check": "a test's check is the one declared with @graded(<grade id>, ...) in tests/ppo_checks.py",
+        }
         why = "; ".join(hint.get(k, "") for k in unknown if k in hint)
         raise ValueError(
             f"{frag}: cell {index} ({cell.cell_type}) has unknown header key(s) {', '.join(unknown)}; "
@@ -446,8 +450,13 @@ def record_outputs(
     if not any(_checked(c) for c in nb.cells):
         return nb
     run = nbformat.from_dict(nb)
-    client = NotebookClient(run, timeout=600, kernel_name=KERNELSPEC["name"], record_timing=False,
-                            resources={"metadata": {"path": str(folder)}})  # fmt: skip
+    client = NotebookClient(
+        run,
+        timeout=600,
+        kernel_name=KERNELSPEC["name"],
+        record_timing=False,
+        resources={"metadata": {"path": str(folder)}},
+    )
     try:
         client.execute()
     except CellExecutionError as err:

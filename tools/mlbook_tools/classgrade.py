@@ -67,12 +67,23 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
         except driver.TooLarge as err:
             result, plan = grading.refused_result(source_nb, err), None
         else:
-            result, plan = grading.grade_submission(text, source_nb, checks, secret, student, trusted=init["trusted"],
-                                                    wall_deadline=wall, limits=limits)  # fmt: skip
+            result, plan = grading.grade_submission(
+                text,
+                source_nb,
+                checks,
+                secret,
+                student,
+                trusted=init["trusted"],
+                wall_deadline=wall,
+                limits=limits,
+            )
         notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
-        return {"status": "internal", "why": f"{type(err).__name__}: {str(err)[:500]}",
-                "trace": traceback.format_exc()[-2000:]}  # fmt: skip
+        return {
+            "status": "internal",
+            "why": f"{type(err).__name__}: {str(err)[:500]}",
+            "trace": traceback.format_exc()[-2000:],
+        }
     result.seconds = round(time.monotonic() - t0, 2)
     return {"status": "graded", "result": result.to_dict(), "notebook": notebook}
 
@@ -81,9 +92,15 @@ class _Worker:
     """One worker subprocess and its JSON pipe, driven by one thread of the parent."""
 
     def __init__(self, init: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlbook_tools.classgrade", "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     close_fds=True, start_new_session=True, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlbook_tools.classgrade", "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+            text=True,
+        )
         self.proc.stdin.write(json.dumps(init) + "\n")
         self.proc.stdin.flush()
         self.lines: queue.Queue = queue.Queue()
@@ -209,9 +226,17 @@ def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str
     return h.hexdigest()
 
 
-def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int | None = None, force: bool = False,
-                trusted: bool = False, budget: float | None = None, progress: bool = True,
-                out=sys.stdout, limits: GradingLimits | None = None) -> dict:  # fmt: skip
+def grade_class(
+    course: pathlib.Path,
+    assignment: str = "rlhf_ppo",
+    workers: int | None = None,
+    force: bool = False,
+    trusted: bool = False,
+    budget: float | None = None,
+    progress: bool = True,
+    out=sys.stdout,
+    limits: GradingLimits | None = None,
+) -> dict:
     """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks.
 
     ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
@@ -272,14 +297,21 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
         "trusted": trusted,
         "limits": limits.to_dict(),
     }
-    timeout = (limits.budget_seconds * limits.wall_factor + limits.grace_seconds
-               + limits.worker_slack_seconds)  # fmt: skip
+    timeout = (
+        limits.budget_seconds * limits.wall_factor
+        + limits.grace_seconds
+        + limits.worker_slack_seconds
+    )
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for student, path, fp in jobs:
         todo.put((student, path, fp, 0))
-    threads = [threading.Thread(target=_drive, args=(init, todo, done, timeout, limits.attempts), daemon=True)
-               for _ in range(min(workers, max(len(jobs), 1)))]  # fmt: skip
+    threads = [
+        threading.Thread(
+            target=_drive, args=(init, todo, done, timeout, limits.attempts), daemon=True
+        )
+        for _ in range(min(workers, max(len(jobs), 1)))
+    ]
     for t in threads:
         t.start()
     for _ in range(len(jobs)):
@@ -296,8 +328,10 @@ def grade_class(course: pathlib.Path, assignment: str = "rlhf_ppo", workers: int
                     course, assignment, student, graded, source_nb, _marked(notebook, fp)
                 )
             except Exception as err:  # noqa: BLE001
-                graded.problems = [*(graded.problems or []),
-                                   f"could not record the grade: {type(err).__name__}: {err}"]  # fmt: skip
+                graded.problems = [
+                    *(graded.problems or []),
+                    f"could not record the grade: {type(err).__name__}: {err}",
+                ]
             result = {**graded.to_dict(), "fingerprint": fp}
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
@@ -402,8 +436,10 @@ def _line(student: str, result: dict) -> str:
         for k, g in result.get("grades", {}).items()
         if g["score"] < g["max_score"] and not is_extra(k)
     ]
-    text = (f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
-            f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s")  # fmt: skip
+    text = (
+        f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
+        f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s"
+    )
     if failed:
         text += f"  failed: {len(failed)}"
     waiting = [*result.get("awaiting_manual", []), *ex.get("awaiting_manual", [])]

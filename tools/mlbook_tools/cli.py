@@ -196,8 +196,15 @@ def _main(argv: list[str] | None = None) -> int:
         course = _course_folder(args.course)
         limits = course_limits(course).with_options(args.limit)
         try:
-            results = grade_class(course, args.assignment, args.workers, args.force, trusted,
-                                  budget=args.budget, limits=limits)  # fmt: skip
+            results = grade_class(
+                course,
+                args.assignment,
+                args.workers,
+                args.force,
+                trusted,
+                budget=args.budget,
+                limits=limits,
+            )
         except sandbox.SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
@@ -264,8 +271,11 @@ def _course_folder(given: str | None) -> pathlib.Path:
 
 def _class_summary(results: dict) -> int:
     """One line on what this run did: graded now, unchanged (skipped), not graded (and why)."""
-    now = sorted(s for s, r in results.items() if not r.get("unchanged") and not r.get("ungraded")
-                 and not r.get("not_graded"))  # fmt: skip
+    now = sorted(
+        s
+        for s, r in results.items()
+        if not r.get("unchanged") and not r.get("ungraded") and not r.get("not_graded")
+    )
     kept = sorted(s for s, r in results.items() if r.get("unchanged"))
     ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
     misnamed = sorted(s for s, r in results.items() if r.get("not_graded"))

@@ -59,7 +59,13 @@ def find_root(start: str | os.PathLike | None = None) -> pathlib.Path:
 def layout(start: str | os.PathLike | None = None) -> Layout:
     root = find_root(start)
     table = _table(root / "pyproject.toml") or {}
-    defaults = dict(chapters_src="solutions/chapter", checks="tests/ppo_checks.py", course="autograde",
-                    release="chapters", solved="solutions/notebooks", student_dist="build/student-dist")  # fmt: skip
+    defaults = dict(
+        chapters_src="solutions/chapter",
+        checks="tests/ppo_checks.py",
+        course="autograde",
+        release="chapters",
+        solved="solutions/notebooks",
+        student_dist="build/student-dist",
+    )
     paths = {key: root / table.get(key.replace("_", "-"), value) for key, value in defaults.items()}
     return Layout(root=root, **paths)

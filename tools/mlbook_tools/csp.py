@@ -36,9 +36,11 @@ import sys
 
 from mlbook_tools.mathjax import TEMPLATES
 
-POLICY = ("default-src 'self'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
-          "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self' ws: wss:; "
-          "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'")  # fmt: skip
+POLICY = (
+    "default-src 'self'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self' ws: wss:; "
+    "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"
+)
 SANDBOX = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; sandbox"
 HANDLERS = ("toggleAllNames()",)  # nbgrader's one inline handler (gradebook page): allowed by hash
 UNSAFE_HASHES = "'unsafe-hashes' " + " ".join(

@@ -304,8 +304,14 @@ class Session:
     past it + ``grace_seconds`` a watchdog kills the sandbox whatever is running. ``self.deadline`` and
     ``self.wall_deadline`` are lowered for one check by ``within``."""
 
-    def __init__(self, plan: Plan, trusted: bool, deadline: float, wall_deadline: float | None = None,
-                 limits: GradingLimits = DEFAULT_LIMITS):  # fmt: skip
+    def __init__(
+        self,
+        plan: Plan,
+        trusted: bool,
+        deadline: float,
+        wall_deadline: float | None = None,
+        limits: GradingLimits = DEFAULT_LIMITS,
+    ):
         self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         if wall_deadline is None:
@@ -444,8 +450,14 @@ class Session:
         codec = _codec(self)
         enc_args = [codec.encode(a, blobs, leaves) for a in args]
         enc_kwargs = {k: codec.encode(v, blobs, leaves) for k, v in kwargs.items()}
-        header = {"op": "call", "target": target, "method": method, "args": enc_args, "kwargs": enc_kwargs,
-                  "attrs": list(attrs)}  # fmt: skip
+        header = {
+            "op": "call",
+            "target": target,
+            "method": method,
+            "args": enc_args,
+            "kwargs": enc_kwargs,
+            "attrs": list(attrs),
+        }
         name = target if isinstance(target, str) else "your code"
         timeout = min(self.limits.call_seconds, self.left())
         try:
@@ -612,8 +624,15 @@ class Verdict:
     seconds: float = 0.0
 
 
-def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str, trusted: bool = False,
-               wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> dict:  # fmt: skip
+def grade_plan(
+    plan: Plan,
+    checks: types.ModuleType,
+    secret: bytes,
+    student: str,
+    trusted: bool = False,
+    wall_deadline: float | None = None,
+    limits: GradingLimits = DEFAULT_LIMITS,
+) -> dict:
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
 
     ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
@@ -639,8 +658,15 @@ def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str
             except (
                 RunnerDied
             ):  # whatever the sandbox does, it is this test's failure, never an engine error
-                verdicts.append(Verdict(test.grade_id, test.points, 0.0,
-                                        "the process running your code died or broke the protocol", test.extra))  # fmt: skip
+                verdicts.append(
+                    Verdict(
+                        test.grade_id,
+                        test.points,
+                        0.0,
+                        "the process running your code died or broke the protocol",
+                        test.extra,
+                    )
+                )
             verdicts[-1].seconds = time.monotonic() - t0
     finally:
         output = session.output() if session else ""
@@ -648,8 +674,13 @@ def grade_plan(plan: Plan, checks: types.ModuleType, secret: bytes, student: str
             for gid, why in session.bad_cells.items():
                 plan.problems.append(f"cell {gid!r} {why}; it was skipped")
             session.close()
-    return {"verdicts": verdicts, "problems": plan.problems, "output": output, "seconds": time.monotonic() - t_start,
-            "cell_errors": dict(session.cell_errors) if session else {}}  # fmt: skip
+    return {
+        "verdicts": verdicts,
+        "problems": plan.problems,
+        "output": output,
+        "seconds": time.monotonic() - t_start,
+        "cell_errors": dict(session.cell_errors) if session else {},
+    }
 
 
 class Missing:

@@ -77,8 +77,11 @@ def execute(path: pathlib.Path, out_dir: pathlib.Path, timeout: int) -> pathlib.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mlbook_tools.execute", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m mlbook_tools.execute",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("notebooks", nargs="+", type=pathlib.Path)
     parser.add_argument("--output-dir", type=pathlib.Path, required=True)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")

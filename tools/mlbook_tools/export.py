@@ -49,8 +49,12 @@ class WideCsvExport(ExportPlugin):
         for assignment in gradebook.assignments:
             columns += [f"{assignment.name}:{gid}" for gid in cells[assignment.name]]
         for student in gradebook.students:
-            row = dict(student_id=student.id, first_name=student.first_name or "",
-                       last_name=student.last_name or "", email=student.email or "")  # fmt: skip
+            row = dict(
+                student_id=student.id,
+                first_name=student.first_name or "",
+                last_name=student.last_name or "",
+                email=student.email or "",
+            )
             for assignment in gradebook.assignments:
                 try:
                     sub = gradebook.find_submission(assignment.name, student.id)
@@ -62,10 +66,16 @@ class WideCsvExport(ExportPlugin):
                     continue
                 scores = GradingResult.from_submission(sub, points[assignment.name])
                 core, extra, a = scores.core, scores.extra, assignment.name
-                row.update({f"{a}:score": core.score, f"{a}:max_score": core.max_score,
-                            f"{a}:extra_credit": extra.score, f"{a}:extra_credit_max": extra.max_score,
-                            f"{a}:needs_manual_grade": bool(sub.needs_manual_grade),
-                            f"{a}:timestamp": sub.timestamp.isoformat() if sub.timestamp else ""})  # fmt: skip
+                row.update(
+                    {
+                        f"{a}:score": core.score,
+                        f"{a}:max_score": core.max_score,
+                        f"{a}:extra_credit": extra.score,
+                        f"{a}:extra_credit_max": extra.max_score,
+                        f"{a}:needs_manual_grade": bool(sub.needs_manual_grade),
+                        f"{a}:timestamp": sub.timestamp.isoformat() if sub.timestamp else "",
+                    }
+                )
                 row[f"{a}:status"] = submission_status(export_course(self), a, student.id, sub)
                 for gid, g in scores.grades.items():
                     row[f"{a}:{gid}"] = g.score

@@ -77,11 +77,20 @@ def verdict_outputs(grade: CellGrade | None) -> list:
     import nbformat
 
     if grade is not None and grade.passed:
-        return [nbformat.v4.new_output("stream", name="stdout",
-                                       text=f"passed ({grade.score:g} / {grade.max_score:g})\n")]  # fmt: skip
+        return [
+            nbformat.v4.new_output(
+                "stream", name="stdout", text=f"passed ({grade.score:g} / {grade.max_score:g})\n"
+            )
+        ]
     message = _cap((grade.message or "") if grade is not None else "not graded")
-    return [nbformat.v4.new_output("error", ename="AssertionError", evalue=message,
-                                   traceback=[f"AssertionError: {message}"])]  # fmt: skip
+    return [
+        nbformat.v4.new_output(
+            "error",
+            ename="AssertionError",
+            evalue=message,
+            traceback=[f"AssertionError: {message}"],
+        )
+    ]
 
 
 def _shown_added(cell) -> bool:
@@ -174,8 +183,12 @@ class GetGradesWithStatus(GetGrades):
 
     def _get_score(self, cell, resources):
         super()._get_score(cell, resources)
-        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
-                                          self.assignment_id, self.student_id)  # fmt: skip
+        grade = self.gradebook.find_grade(
+            cell.metadata["nbgrader"]["grade_id"],
+            self.notebook_id,
+            self.assignment_id,
+            self.student_id,
+        )
         cell.metadata.nbgrader["needs_manual_grade"] = bool(grade.needs_manual_grade)
 
 
@@ -196,8 +209,12 @@ class CoreExtraSummary(Preprocessor):
             if not meta.get("grade"):
                 continue
             gid = meta.get("grade_id", "")
-            result.grades[gid] = CellGrade(gid, float(meta.get("score") or 0.0), cell_points(cell),
-                                           awaiting_manual=bool(meta.get("needs_manual_grade")))  # fmt: skip
+            result.grades[gid] = CellGrade(
+                gid,
+                float(meta.get("score") or 0.0),
+                cell_points(cell),
+                awaiting_manual=bool(meta.get("needs_manual_grade")),
+            )
             meta["points"] = cell_points(cell)  # what the cell may earn, shown next to its score
             meta["mlbook_extra_credit"] = is_extra(gid)  # the page's label (result.py decides)
         core, extra = result.core, result.extra

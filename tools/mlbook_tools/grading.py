@@ -73,8 +73,11 @@ def course_points(source: pathlib.Path) -> dict[str, float]:
     from mlbook_tools.driver import cell_points
 
     nb = nbformat.read(source, as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: cell_points(c) for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")}  # fmt: skip
+    return {
+        c.metadata["nbgrader"]["grade_id"]: cell_points(c)
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+    }
 
 
 def assignment_points(course: pathlib.Path, assignment: str) -> dict[str, float] | None:
@@ -148,12 +151,27 @@ def refused_result(source_nb, err: Exception) -> GradingResult:
     grades = {
         t.grade_id: CellGrade(t.grade_id, 0.0, t.points, f"not graded: {err}") for t in empty.tests
     }
-    return GradingResult(grades, dict(empty.manual), problems=[str(err)], output="", seconds=0.0,
-                         cell_errors={}, error=str(err))  # fmt: skip
+    return GradingResult(
+        grades,
+        dict(empty.manual),
+        problems=[str(err)],
+        output="",
+        seconds=0.0,
+        cell_errors={},
+        error=str(err),
+    )
 
 
-def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, trusted: bool = False,
-                     wall_deadline: float | None = None, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[GradingResult, object]:  # fmt: skip
+def grade_submission(
+    text: str,
+    source_nb,
+    checks,
+    secret: bytes,
+    student: str,
+    trusted: bool = False,
+    wall_deadline: float | None = None,
+    limits: GradingLimits = DEFAULT_LIMITS,
+) -> tuple[GradingResult, object]:
     """Grade one notebook's text: (its GradingResult, the plan or None).
 
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
@@ -172,15 +190,27 @@ def grade_submission(text: str, source_nb, checks, secret: bytes, student: str, 
     grades = {
         v.grade_id: CellGrade(v.grade_id, v.score, v.points, v.message) for v in run["verdicts"]
     }
-    result = GradingResult(grades, dict(plan.manual), problems=run["problems"], output=run["output"],
-                           seconds=round(run["seconds"], 2), cell_errors=run["cell_errors"],
-                           blank=sorted(blank))
+    result = GradingResult(
+        grades,
+        dict(plan.manual),
+        problems=run["problems"],
+        output=run["output"],
+        seconds=round(run["seconds"], 2),
+        cell_errors=run["cell_errors"],
+        blank=sorted(blank),
+    )
     return result, plan
 
 
-def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeout: float | None = None,
-                   course: pathlib.Path | None = None, trusted: bool = False, student: str = "student",
-                   limits: GradingLimits | None = None) -> GradingResult:  # fmt: skip
+def grade_notebook(
+    path: str | pathlib.Path,
+    assignment: str = "rlhf_ppo",
+    timeout: float | None = None,
+    course: pathlib.Path | None = None,
+    trusted: bool = False,
+    student: str = "student",
+    limits: GradingLimits | None = None,
+) -> GradingResult:
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
 
     ``limits``: by default the course config's (``course_limits``); ``timeout``, if given, replaces
@@ -197,8 +227,16 @@ def grade_notebook(path: str | pathlib.Path, assignment: str = "rlhf_ppo", timeo
         text = driver.read_submission(path, limits)  # bounded before it is read whole
     except driver.TooLarge as err:
         return refused_result(source_nb, err)
-    result, _ = grade_submission(text, source_nb, checks, secret, student, trusted=trusted, limits=limits,
-                                 wall_deadline=t0 + limits.budget_seconds * limits.wall_factor)  # fmt: skip
+    result, _ = grade_submission(
+        text,
+        source_nb,
+        checks,
+        secret,
+        student,
+        trusted=trusted,
+        limits=limits,
+        wall_deadline=t0 + limits.budget_seconds * limits.wall_factor,
+    )
     result.seconds = round(time.monotonic() - t0, 2)
     return result
 

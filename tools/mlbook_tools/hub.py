@@ -55,14 +55,21 @@ def as_user(
     role = "instructor" if (hub / "etc" / "instructor" / f"{user}.role").exists() else "student"
     home = pwd.getpwnam(user).pw_dir
     env = {"HOME": home, "USER": user, "LANG": "C.UTF-8", **user_env(hub, role)}
-    return subprocess.run(["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd],
-                          cwd=cwd or home, text=True, capture_output=True, check=check)  # fmt: skip
+    return subprocess.run(
+        ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd],
+        cwd=cwd or home,
+        text=True,
+        capture_output=True,
+        check=check,
+    )
 
 
 def user_env(hub: pathlib.Path, role: str) -> dict[str, str]:
     """The environment variables of a ``role`` user's server (and of commands run as that user)."""
-    env = {"PATH": f"{hub / 'envs' / role / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-           "JUPYTER_CONFIG_PATH": str(hub / "etc" / role)}  # fmt: skip
+    env = {
+        "PATH": f"{hub / 'envs' / role / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": str(hub / "etc" / role),
+    }
     if role == "instructor":
         env["MLBOOK_ROOT"] = str(hub / "instructor" / "checkout")
     return env
@@ -151,8 +158,14 @@ def make_env(target: pathlib.Path, role: str, checkout: pathlib.Path) -> None:
         run([str(python), "-m", "venv", "--without-pip", str(target)])
     site_rel = pathlib.Path(sysconfig.get_paths()["purelib"]).relative_to(venv)
     site = target / site_rel
-    _link_tree(venv / site_rel, site, skip=lambda p: p.parts[0].startswith(SKIP_SITE) and not (
-        role == "instructor" and p.parts[0].endswith(".dist-info")))  # fmt: skip
+    _link_tree(
+        venv / site_rel,
+        site,
+        skip=lambda p: (
+            p.parts[0].startswith(SKIP_SITE)
+            and not (role == "instructor" and p.parts[0].endswith(".dist-info"))
+        ),
+    )
     for folder in ("share", "etc"):
         if (venv / folder).exists():
             _link_tree(venv / folder, target / folder)
@@ -207,8 +220,14 @@ def ensure_proxy() -> pathlib.Path:
 # ------------------------------------------------------------------------------------ setup
 
 
-def setup(hub: pathlib.Path, instructor: str, students: list[str], ip: str = "127.0.0.1", port: int = 8000,
-          passwords: pathlib.Path | None = None) -> pathlib.Path:  # fmt: skip
+def setup(
+    hub: pathlib.Path,
+    instructor: str,
+    students: list[str],
+    ip: str = "127.0.0.1",
+    port: int = 8000,
+    passwords: pathlib.Path | None = None,
+) -> pathlib.Path:
     """Everything the module docstring lists; returns the course folder."""
     from mlbook_tools.course import new_course
 
@@ -331,9 +350,18 @@ def write_hub_config(hub, instructor, students, course, ip, port) -> None:
     state.mkdir(exist_ok=True)
     state.chmod(0o700)
     env = {role: user_env(hub, role) for role in ("student", "instructor")}
-    text = HUB_CONFIG.format(hub=str(hub), instructor=instructor, course=str(course), env=env, ip=ip, port=port,
-                             api_port=port + 1, hub_port=port + 2, proxy=str(ensure_proxy()),
-                             users={instructor, *students})  # fmt: skip
+    text = HUB_CONFIG.format(
+        hub=str(hub),
+        instructor=instructor,
+        course=str(course),
+        env=env,
+        ip=ip,
+        port=port,
+        api_port=port + 1,
+        hub_port=port + 2,
+        proxy=str(ensure_proxy()),
+        users={instructor, *students},
+    )
     (hub / "jupyterhub_config.py").write_text(text)
 
 

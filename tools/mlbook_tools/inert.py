@@ -31,11 +31,57 @@ MAX_IMAGE = 2_000_000  # base64 characters of one kept image
 RASTER = ("image/png", "image/jpeg")
 
 _TAGS = {
-    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "dd", "del", "details", "div",
-    "dl", "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "mark",
-    "ol", "p", "pre", "q", "s", "samp", "small", "span", "strong", "sub", "summary", "sup", "table",
-    "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var",
-}  # fmt: skip
+    "a",
+    "abbr",
+    "b",
+    "blockquote",
+    "br",
+    "caption",
+    "cite",
+    "code",
+    "dd",
+    "del",
+    "details",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "i",
+    "img",
+    "ins",
+    "kbd",
+    "li",
+    "mark",
+    "ol",
+    "p",
+    "pre",
+    "q",
+    "s",
+    "samp",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "summary",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "tfoot",
+    "th",
+    "thead",
+    "tr",
+    "u",
+    "ul",
+    "var",
+}
 _ATTRIBUTES = {
     "a": {"href", "title"},
     "img": {"src", "alt", "title", "width", "height"},
@@ -70,9 +116,15 @@ def clean_html(html) -> str:
     import nh3
 
     text = html.decode() if isinstance(html, bytes) else str(html)
-    return nh3.clean(text, tags=_TAGS, attributes=_ATTRIBUTES, attribute_filter=_attribute,
-                     url_schemes={"http", "https", "mailto", "data"}, strip_comments=True,
-                     link_rel="noopener noreferrer nofollow")  # fmt: skip
+    return nh3.clean(
+        text,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        attribute_filter=_attribute,
+        url_schemes={"http", "https", "mailto", "data"},
+        strip_comments=True,
+        link_rel="noopener noreferrer nofollow",
+    )
 
 
 def _text(value) -> str:
@@ -116,8 +168,14 @@ def inert_outputs(outputs) -> list:
             kept.append(nbformat.v4.new_output("display_data", data=clean))
         elif kind == "error":
             line = _text(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
-            kept.append(nbformat.v4.new_output("error", ename=_text(out.get("ename", "Error"))[:200],
-                                               evalue=_text(out.get("evalue", "")), traceback=[line]))  # fmt: skip
+            kept.append(
+                nbformat.v4.new_output(
+                    "error",
+                    ename=_text(out.get("ename", "Error"))[:200],
+                    evalue=_text(out.get("evalue", "")),
+                    traceback=[line],
+                )
+            )
     return kept
 
 

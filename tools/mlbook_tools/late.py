@@ -94,8 +94,14 @@ def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=sy
                 gb.db.commit()
             names = [nb.name for nb in sub.notebooks]
         for name in names:
-            resources = {"nbgrader": {"notebook": name, "assignment": assignment, "student": student,
-                                      "db_url": db_url}}  # fmt: skip
+            resources = {
+                "nbgrader": {
+                    "notebook": name,
+                    "assignment": assignment,
+                    "student": student,
+                    "db_url": db_url,
+                }
+            }
             pre = AssignLatePenalties(config=config)
             pre.log.setLevel("ERROR")
             pre.preprocess(nbformat.v4.new_notebook(), resources)
@@ -104,6 +110,8 @@ def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=sy
             penalty = sum(nb.late_submission_penalty or 0.0 for nb in sub.notebooks)
             found[student] = penalty if sub.total_seconds_late > 0 else None
             if sub.total_seconds_late > 0:
-                print(f"{student:20s} late by {sub.total_seconds_late / 3600:.2f} h: penalty {penalty:g} points",
-                      file=out)  # fmt: skip
+                print(
+                    f"{student:20s} late by {sub.total_seconds_late / 3600:.2f} h: penalty {penalty:g} points",
+                    file=out,
+                )
     return found

@@ -130,8 +130,13 @@ class GradingLimits:
 
     def rlimits(self) -> dict:
         """The per-process rlimits the runner sets on itself before its first request."""
-        return {"RLIMIT_AS": self.address_space_bytes, "RLIMIT_CPU": self.cpu_seconds,
-                "RLIMIT_NPROC": self.processes, "RLIMIT_FSIZE": self.file_bytes, "RLIMIT_CORE": 0}  # fmt: skip
+        return {
+            "RLIMIT_AS": self.address_space_bytes,
+            "RLIMIT_CPU": self.cpu_seconds,
+            "RLIMIT_NPROC": self.processes,
+            "RLIMIT_FSIZE": self.file_bytes,
+            "RLIMIT_CORE": 0,
+        }
 
 
 def _number(key: str, value) -> float | int:

@@ -96,8 +96,16 @@ class SandboxedExecute(Preprocessor):
             result = refused_result(source_nb, driver.TooLarge(str(refused)))
         else:
             wall = t0 + limits.budget_seconds * limits.wall_factor
-            result, _ = grade_submission(nbformat.writes(nb), source_nb, checks, secret, info["student"], trusted=trusted,
-                                         wall_deadline=wall, limits=limits)  # fmt: skip
+            result, _ = grade_submission(
+                nbformat.writes(nb),
+                source_nb,
+                checks,
+                secret,
+                info["student"],
+                trusted=trusted,
+                wall_deadline=wall,
+                limits=limits,
+            )
         resources["mlbook_grades"] = result.grades
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
@@ -212,8 +220,12 @@ class CoreExtraCsvExport(ExportPlugin):
             for assignment in gradebook.assignments:
                 points = assignment_points(root, assignment.name) or {}
                 for student in gradebook.students:
-                    row = dict(assignment=assignment.name, student_id=student.id, last_name=student.last_name or "",
-                               first_name=student.first_name or "")  # fmt: skip
+                    row = dict(
+                        assignment=assignment.name,
+                        student_id=student.id,
+                        last_name=student.last_name or "",
+                        first_name=student.first_name or "",
+                    )
                     try:
                         sub = gradebook.find_submission(assignment.name, student.id)
                     except MissingEntry:  # no submission: zero, like nbgrader's own export
@@ -224,8 +236,13 @@ class CoreExtraCsvExport(ExportPlugin):
                         scores = GradingResult.from_submission(sub, points)
                         manual = bool(sub.needs_manual_grade)
                     core, extra = scores.core, scores.extra
-                    row.update(score=core.score, max_score=core.max_score, extra_credit=extra.score,
-                               extra_credit_max=extra.max_score, needs_manual_grade=manual)  # fmt: skip
+                    row.update(
+                        score=core.score,
+                        max_score=core.max_score,
+                        extra_credit=extra.score,
+                        extra_credit_max=extra.max_score,
+                        needs_manual_grade=manual,
+                    )
                     row.update(standard_columns(assignment, student, sub, core.score))
                     row["status"] = submission_status(root, assignment.name, student.id, sub)
                     writer.writerow(
@@ -234,13 +251,30 @@ class CoreExtraCsvExport(ExportPlugin):
 
 
 # nbgrader's own CSV columns, in its order (``score`` here is the core score, late penalty taken off).
-STANDARD_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
-                    "email", "raw_score", "late_submission_penalty", "score", "max_score"]  # fmt: skip
+STANDARD_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+]
 
 
 def standard_columns(assignment, student, sub, core: float) -> dict:
     """nbgrader's columns for one row: raw_score is the core score before the late penalty."""
     penalty = float(sub.late_submission_penalty or 0.0) if sub is not None else 0.0
     stamp = sub.timestamp if sub is not None and sub.timestamp else ""
-    return {"duedate": assignment.duedate or "", "timestamp": stamp, "email": student.email or "",
-            "raw_score": core, "late_submission_penalty": penalty, "score": max(0.0, core - penalty)}  # fmt: skip
+    return {
+        "duedate": assignment.duedate or "",
+        "timestamp": stamp,
+        "email": student.email or "",
+        "raw_score": core,
+        "late_submission_penalty": penalty,
+        "score": max(0.0, core - penalty),
+    }

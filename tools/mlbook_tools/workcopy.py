@@ -67,8 +67,11 @@ def _committed(path: pathlib.Path, data: bytes) -> bool:
     """Whether ``data`` is exactly the version of ``path`` committed at git's HEAD (False without git)."""
     root = layout().root
     try:
-        run = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{path.relative_to(root)}"],
-                             capture_output=True, timeout=30)  # fmt: skip
+        run = subprocess.run(
+            ["git", "-C", str(root), "show", f"HEAD:{path.relative_to(root)}"],
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, ValueError, subprocess.SubprocessError):
         return False
     return run.returncode == 0 and run.stdout == data

@@ -66,7 +66,18 @@ OP, OK, ERROR, RESULT, TENSORS = "op", "ok", "error", "result", "tensors"
 TENSOR, TUPLE, FLOAT, DICT, HANDLE, TYPE = "tensor", "tuple", "float", "dict", "handle", "type"
 MODULE, DATACLASS, NAMEDTUPLE = "module", "dataclass", "namedtuple"
 VALUE_TAGS = (TENSOR, TUPLE, FLOAT, DICT, HANDLE, MODULE, DATACLASS, NAMEDTUPLE)
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")  # fmt: skip
+DTYPES = (
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+)
 
 
 class ProtocolError(Exception):
@@ -240,8 +251,11 @@ def check_reply(header, op, n_tensors):
     if op == "call":
         need(type(header.get("graph", False)) is bool, "graph")
         need(isinstance(header.get("grads", []), list), "grads")
-        need(isinstance(header.get("mutated", []), list) and all(isinstance(n, str) for n in header.get("mutated", [])),
-             "mutated")  # fmt: skip
+        need(
+            isinstance(header.get("mutated", []), list)
+            and all(isinstance(n, str) for n in header.get("mutated", [])),
+            "mutated",
+        )
         need(isinstance(header.get("attrs", {}), dict), "attrs")
     for value in [header.get(RESULT), *header.get("grads", []), *header.get("attrs", {}).values()]:
         check_value(value, n_tensors)
@@ -479,7 +493,9 @@ class Codec:
             )
         if NAMEDTUPLE in x:
             spec = x[NAMEDTUPLE]
-            return _library_type(spec["type"])(*[self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in spec["items"]])  # fmt: skip
+            return _library_type(spec["type"])(
+                *[self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in spec["items"]]
+            )
         raise ProtocolError("malformed value: unknown tag")
 
 

@@ -205,8 +205,14 @@ def main(req_fd, rep_fd):
         for name in req.get("attrs", []):
             obj = fn.__self__ if req.get("method") else result
             attrs[name] = codec.encode(getattr(obj, name, None), out)
-        return {"ok": True, "result": codec.encode(result, out), "graph": graph, "grads": grads,
-                "mutated": mutated, "attrs": attrs}  # fmt: skip
+        return {
+            "ok": True,
+            "result": codec.encode(result, out),
+            "graph": graph,
+            "grads": grads,
+            "mutated": mutated,
+            "attrs": attrs,
+        }
 
     while True:
         try:

@@ -57,9 +57,9 @@ lint: env
 # check     - lint, the layer contracts, the drift check (a generated notebook is stale), the unit tests:
 #             no sandbox, no nbgrader, no browser, no long run (the fast lane, a few minutes)
 # test      - check, then every other kind: the sandboxed engine and its bounds, real nbgrader, the one
-#             shared graded class (course workflow, the adversarial catalog but its costliest entries, ten
+#             shared graded class (course workflow, the adversarial catalog but its costliest entries, five
 #             fairness styles), the browser (JupyterLab, formgrader's pages), DDP on gloo, the student
-#             distribution, the 20-seed sweep, and nbval: over every solved notebook
+#             distribution, three torchrun exits, and nbval: over every solved notebook
 #             (the stored output of each cell tagged nbval-check-output must be reproduced, after
 #             tests/nbval_sanitize.cfg) and over the student release (only cells tagged raises-exception,
 #             those that need the student's answers, may fail). Then the tests that compare a trained or
@@ -69,7 +69,7 @@ lint: env
 #             a second graded class (the catalog's costliest entries, the other fairness styles), grades
 #             under load (every core busy), the JupyterHub course, formgrader's manual grading in a
 #             browser, the dist installed in a fresh venv, three more build guards, the long-command
-#             progress lines, the class backstop, 17 more torchrun exits; then the solved notebooks
+#             progress lines, the class backstop, the 20-seed sweep, 17 more torchrun exits; then the solved notebooks
 #             again on the portable kernels.
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 UNIT  := not (sandbox or nbgrader or classrun or browser or notebook or slow or stress)

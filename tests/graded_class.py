@@ -67,7 +67,7 @@ MISTAKES = ["gae_lambda_ignored", "value_clip_around_returns", "controller_witho
 WORKFLOW = ["alice", "bob", "frank"]
 
 # The two tiers of the class. `make test` grades the workflow, most of the adversarial catalog (every
-# kind of attack) and ten correct styles; `make test-full` (CI, right after) grades the rest: the
+# kind of attack) and five correct styles; `make test-full` (CI, right after) grades the rest: the
 # costliest entries of kinds that keep a cheaper one in `make test` (a whole budget each, or a runner
 # that dies and is retried) and the other styles. Their own tests carry the marker `full`; the session
 # fixture (tests/conftest.py) grades the students of the tiers the selected tests need, so a run of
@@ -80,25 +80,22 @@ FULL_ENTRIES = {
     # resource abuse: a whole budget, ~20 s (top_level_endless_loop, fork_bomb, disk_filler ... stay)
     "cpu_loop_ignoring_sigint",
     "memory_hog_in_gae",
-    # malformed frame: the runner dies, the submission is retried (deep nesting, wrong types stay)
+    # malformed frame: the runner dies, the submission is retried (deep nesting stays)
     "runner_replies_patched",
     "runner_dies_on_defined",
     "malformed_frame_in_correct_work",
     "malformed_oversize_length",
     "malformed_infinity",
-    # memory: ~20 s of filling a memfd (the tmpfs, /dev/shm and top-level hogs stay)
+    "malformed_wrong_types",
+    # memory: ~20 s of filling a memfd, a reply of huge lists (the tmpfs, /dev/shm and top-level hogs stay)
     "memory_memfd_hog_in_gae",
+    "reply_of_empty_lists",
 }
-FAST_STYLES = {  # the correct styles graded in make test; the others only in make test-full
+FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error, compile)
     "reference",
     "magics and shell escapes",
-    "%%time on an answer cell",
-    "helper module in an added cell",
     "%%writefile helper package",
-    "collections.namedtuple result",
-    "unfinished controller",
     "controller cell left unfinished (syntax error)",
-    "in-place ops on locals",
     "@torch.compile helper",
 }
 FULL_STYLES = set(STYLES) - FAST_STYLES

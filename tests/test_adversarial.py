@@ -204,6 +204,28 @@ def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(graded_clas
     )
 
 
+def test_an_honest_grade_does_not_depend_on_how_busy_the_machine_is(graded_class):
+    """The fast form of tests/test_load.py (make test-full: a small class graded twice): alice graded
+    again with every core kept busy by other processes gets the verdicts of the class run."""
+    import subprocess
+    import sys
+
+    source_nb, checks, secret = grading.load_course(graded_class.course, NB)
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        loaded, _ = grading.grade_submission(
+            graded_class.subs["alice"], source_nb, checks, secret, "alice"
+        )
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    assert _verdicts(loaded.to_dict()) == _verdicts(graded_class.results["alice"])
+
+
 def test_workers_grade_side_by_side(graded_class):
     """The class took about (sum of its gradings) / workers, not their sum: the slow entries (a whole
     budget each) and the honest work run two at a time. The tail: one worker alone for a last grading."""

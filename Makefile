@@ -57,7 +57,7 @@ lint: env
 # check     - lint, the layer contracts, the drift check (a generated notebook is stale), the unit tests:
 #             no sandbox, no nbgrader, no browser, no long run (the fast lane, a few minutes)
 # test      - check, then every other kind: the sandboxed engine and its bounds, real nbgrader, the one
-#             shared graded class (course workflow, the adversarial catalog but its costliest entries, five
+#             shared graded class (course workflow, the adversarial catalog but its costliest entries, four
 #             fairness styles), the browser (JupyterLab, formgrader's pages), DDP on gloo, the student
 #             distribution, three torchrun exits, and nbval: over every solved notebook
 #             (the stored output of each cell tagged nbval-check-output must be reproduced, after

@@ -67,7 +67,7 @@ MISTAKES = ["gae_lambda_ignored", "value_clip_around_returns", "controller_witho
 WORKFLOW = ["alice", "bob", "frank"]
 
 # The two tiers of the class. `make test` grades the workflow, most of the adversarial catalog (every
-# kind of attack) and five correct styles; `make test-full` (CI, right after) grades the rest: the
+# kind of attack) and four correct styles; `make test-full` (CI, right after) grades the rest: the
 # costliest entries of kinds that keep a cheaper one in `make test` (a whole budget each, or a runner
 # that dies and is retried) and the other styles. Their own tests carry the marker `full`; the session
 # fixture (tests/conftest.py) grades the students of the tiers the selected tests need, so a run of
@@ -91,12 +91,11 @@ FULL_ENTRIES = {
     "memory_memfd_hog_in_gae",
     "reply_of_empty_lists",
 }
-FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error, compile)
+FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error)
     "reference",
     "magics and shell escapes",
     "%%writefile helper package",
     "controller cell left unfinished (syntax error)",
-    "@torch.compile helper",
 }
 FULL_STYLES = set(STYLES) - FAST_STYLES
 

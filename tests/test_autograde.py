@@ -10,6 +10,8 @@ grader wrote, and formgrader's Autograde button (``nbgrader autograde``) grades 
 """
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -110,12 +112,19 @@ def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):
 
 
 def test_mlbook_grade_prints_every_message_and_the_manual_cells():
+    # as from a notebook's `!` cell (JPY_PARENT_PID): a progress line on stderr as it starts and ends
+    env = {k: v for k, v in os.environ.items() if k != "MLBOOK_PROGRESS"}
     run = subprocess.run(
         [sys.executable, "-m", "mlbook_tools.cli", "grade", str(ROOT / "chapters" / f"{NB}.ipynb")],
         capture_output=True,
         text=True,
+        env={**env, "JPY_PARENT_PID": "1"},
     )
     assert run.returncode == 0, run.stderr
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", run.stderr, re.M)
+    assert (
+        len(stages) == 2 and stages[0].startswith("grading ") and stages[1].startswith("graded in")
+    )
     for name in SIX:
         assert f"FAIL {name}" in run.stdout
     assert "gae raised NotImplementedError" in run.stdout

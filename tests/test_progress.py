@@ -203,3 +203,19 @@ def test_blank_written_answers_are_not_awaiting_a_person():
     assert result.manual == ["ex2_telescoping"] and summary["blank"] == ["ex1_larger_beta"]
     again = GradingResult.from_json(result.to_json())  # what a class worker sends back
     assert again.manual == result.manual and again.extra == result.extra
+
+
+def test_mlbook_build_shows_a_line_per_stage_when_watched():
+    """`mlbook build` (~1 min, silent before): a line per stage when a person watches (here forced with
+    MLBOOK_PROGRESS=1, as a terminal or a `!` cell does). Quiet when piped: tests/test_student_work.py."""
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbook_tools.cli", "build", "--check"],
+        cwd=layout().root,
+        capture_output=True,
+        text=True,
+        env={**ENV, "MLBOOK_PROGRESS": "1"},
+        timeout=900,
+    )
+    stages = re.findall(r"^\[\s*\d+s\] (.+)$", run.stderr, re.M)
+    assert run.returncode == 0 and len(stages) >= 3, run.stderr
+    assert any("generate_assignment" in s for s in stages), stages

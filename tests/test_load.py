@@ -91,6 +91,13 @@ def test_the_same_grades_with_every_core_busy(tmp_path):
             proc.kill()
             proc.wait()
     print("\nscores (as is == under load):", as_is)
+    # slow_every_call spends its whole budget during the core checks: whether an extra-credit check
+    # still fits in what is left moves with a fraction of a second of charged time (seen once in CI:
+    # 0 as is, 1 under load). Its core grades, and every grade of the others, must be the same.
+    for scores in (as_is, loaded):
+        scores["slow_every_call"] = {
+            g: v for g, v in scores["slow_every_call"].items() if not g.startswith("ex")
+        }
     assert loaded == as_is
     # and they are what each entry earned: the correct notebook everything, the others lose their core
     # tests named in the catalog (extra credit may go too when a slow entry spends the whole budget)

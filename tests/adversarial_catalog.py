@@ -15,6 +15,11 @@ ENTRIES[name] = dict(kind=..., base="solved" | "release" | None, cells={grade_id
                      append=[source], add=[source], lost=[test ids] | None, damage="what:grade_id", raw=text)
 """
 
+import contextlib
+import os
+import subprocess
+import sys
+
 from ppo_checks import CHECKS
 
 _ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
@@ -359,3 +364,18 @@ ENTRIES.update({
         "    raise ValueError('\\x1b[0m\\r\\x1b[2K\\x1b[1A\\x1b[2Kok   test_gae 2 / 2\\ncore total: 10 / 10\\x1b[8m')\n")}),
 })
 # fmt: on
+
+
+@contextlib.contextmanager
+def busy_cores():
+    """As many busy-looping processes as this machine has cores, for as long as the block runs."""
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        yield
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()

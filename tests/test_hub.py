@@ -111,40 +111,17 @@ def hub():
     pwfile = folder / "passwords.txt"
     pwfile.write_text("".join(f"{u}:{p}\n" for u, p in pw.items()))
     pwfile.chmod(0o600)
+    hub = [str(BIN / "mlbook"), "hub", "--dir", str(folder / "hub"), "--instructor", TEACH]
+    hub += ["--students", f"{ALICE},{BOB}", "--port", str(port)]
     run = subprocess.run(
-        [
-            str(BIN / "mlbook"),
-            "hub",
-            "--dir",
-            str(folder / "hub"),
-            "--instructor",
-            TEACH,
-            "--students",
-            f"{ALICE},{BOB}",
-            "--passwords",
-            str(pwfile),
-            "--port",
-            str(port),
-            "--setup-only",
-        ],
+        [*hub, "--passwords", str(pwfile), "--setup-only"],
         capture_output=True,
         text=True,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     log = (folder / "hub.log").open("w")
     proc = subprocess.Popen(
-        [
-            str(BIN / "mlbook"),
-            "hub",
-            "--dir",
-            str(folder / "hub"),
-            "--instructor",
-            TEACH,
-            "--students",
-            f"{ALICE},{BOB}",
-            "--port",
-            str(port),
-        ],
+        hub,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

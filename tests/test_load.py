@@ -11,8 +11,6 @@ for the CPUs; every test of every student must get the same score both times.
 import dataclasses
 import os
 import shutil
-import subprocess
-import sys
 
 import adversarial_catalog as adv
 import nbformat
@@ -80,16 +78,8 @@ def _scores(course) -> dict:
 def test_the_same_grades_with_every_core_busy(tmp_path):
     course = _course(tmp_path / "course")
     as_is = _scores(course)
-    busy = [
-        subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
+    with adv.busy_cores():
         loaded = _scores(course)
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
     print("\nscores (as is == under load):", as_is)
     # slow_every_call spends its whole budget during the core checks: whether an extra-credit check
     # still fits in what is left moves with a fraction of a second of charged time (seen once in CI:

@@ -72,7 +72,10 @@ def course(tmp_path_factory):
 def test_new_course_prints_the_next_commands(course):
     root, made, _, _ = course
     out = made.stdout
-    assert f"cd {root}" in out and "grade-class" in out and "generate_feedback" in out, out
+    assert f"cd {root}" in out and "grade-class" in out, out
+    # in the order they are needed; a regrade must reach the feedback pages (--force)
+    assert out.index("generate_assignment rlhf_ppo --force") < out.index("grade-class"), out
+    assert "generate_feedback rlhf_ppo --force" in out, out
     assert (
         "export" in out
         and "/formgrader" in out

@@ -69,7 +69,10 @@ def read_notebook(path: pathlib.Path) -> dict:
                 ast.parse(_python(_source(cell)))
             except SyntaxError as err:
                 where = f"line {err.lineno}: {err.msg}"
-                problems.append(f"your answer {gid!r} has a syntax error, {where}")
+                problems.append(
+                    f"your answer {gid!r} has a syntax error, {where} (to hand in the rest, "
+                    "comment that cell's code out: select it, Ctrl+/, save)"
+                )
     if not any(g for g in seen if g and g.startswith("test_")):
         problems.append("it has no graded cells: hand in your copy of the course's notebook")
     if problems:
@@ -130,7 +133,7 @@ def handin(
     notebook: str | pathlib.Path = EXPECTED, expected: str = EXPECTED, namespace: dict | None = None
 ) -> pathlib.Path:
     """Check ``notebook`` and write ``to-upload/<expected>`` beside it; returns the written path."""
-    from mlbook.selfcheck import check
+    from mlbook.selfcheck import check, is_extra
 
     path = pathlib.Path(notebook).expanduser().resolve()
     if not path.is_file():
@@ -174,11 +177,15 @@ def handin(
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(target.stat().st_mtime))
         shutil.move(target, out_dir / f"{target.stem}.earlier-{stamp}{target.suffix}")
     target.write_bytes(saved)
-    failed = sum(v is not None for v in results.values())
-    print(
-        f"\nwrote {target}: upload this file"
-        + (f" ({failed} visible checks fail; it earns what works)" if failed else "")
-    )
+    failed = [k for k, v in results.items() if v is not None]
+    core = [k for k in failed if not is_extra(k)]
+    if core:
+        why = f" ({len(core)} core checks fail: {', '.join(core)}; the notebook earns what works)"
+    elif failed:
+        why = f" (every core check passes; {len(failed)} extra-credit checks fail)"
+    else:
+        why = ""
+    print(f"\nwrote {target}: upload this file{why}")
     return target
 
 

@@ -82,6 +82,28 @@ def _called(src: str) -> set[str]:
         return set()
 
 
+def is_extra(name: str) -> bool:
+    """An extra-credit check (grade ids ``ex*``, or the check cell after an ``ex*`` answer)."""
+    return name.startswith("ex") or "of ex" in name
+
+
+def summary(results: dict, not_run: list[str] = ()) -> str:
+    """One count for "Check your work" and ``mlbook.handin``: every visible check of the notebook,
+    the core and the extra credit said apart (a check not run here counts in the total)."""
+    total = len(results) + len(not_run)
+    passed = sum(v is None for v in results.values())
+    line = f"{passed} of {total} visible checks pass"
+    if not_run:
+        line += f", {len(not_run)} not run here (the Check your work cell runs them)"
+    parts = []
+    for label, extra in (("core", False), ("extra credit", True)):
+        ids = [k for k in [*results, *not_run] if is_extra(k) == extra]
+        if ids:
+            ok = sum(results.get(k, 0) is None for k in ids)
+            parts.append(f"{label} {ok} of {len(ids)}")
+    return line + (f" ({'; '.join(parts)})." if parts else ".")
+
+
 def _namespace() -> dict:
     try:
         from IPython import get_ipython
@@ -110,12 +132,12 @@ def check(
         print(f"{path.resolve()} not found: run check('path/to/your/notebook.ipynb')")
         return {}
     ns = _namespace() if namespace is None else namespace
-    results, hidden_seen = {}, False
+    results, not_run, hidden_seen = {}, [], False
     for grade_id, src, hidden in _check_cells(path):
         hidden_seen |= hidden
         if hidden:  # a solved notebook: its test cells already ran the hidden tests above
             continue
-        extra = " (extra credit)" if grade_id.startswith("ex") or "of ex" in grade_id else ""
+        extra = " (extra credit)" if is_extra(grade_id) else ""
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
@@ -129,13 +151,13 @@ def check(
                 results[grade_id] = f"NameError: {err}"
                 print(f"✗ {grade_id}{extra}: NameError: {err} (run the cells above first)")
                 continue
+            not_run.append(grade_id)
             print(f"- {grade_id}{extra}: not run here (it needs the notebook's run: {err})")
         except Exception as err:  # noqa: BLE001 - report every check, not only the first failure
             message = f"{type(err).__name__}: {err}".strip().split("\n")[0][:300]
             results[grade_id] = message
             print(f"✗ {grade_id}{extra}: {message}")
-    passed = sum(v is None for v in results.values())
-    print(f"\n{passed} of {len(results)} visible checks pass.", end=" ")
+    print("\n" + summary(results, not_run), end=" ")
     if definitions_only:
         print()
         return results

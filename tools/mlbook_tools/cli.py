@@ -307,16 +307,18 @@ def _class_summary(results: dict) -> int:
 
 
 def _next_commands(out: pathlib.Path) -> str:
-    mlbook = pathlib.Path(sys.executable).parent / "mlbook"
-    jupyter = pathlib.Path(sys.executable).parent / "jupyter"
+    """What an instructor types next, in order (README "Instructors"), with this checkout's tools."""
+    bin_ = pathlib.Path(sys.executable).parent
+    nbgrader = bin_ / "nbgrader"
     return (
         f"course folder {out}\nNext:\n"
         f"  cd {out}\n"
+        f"  {nbgrader} generate_assignment rlhf_ppo --force   # release/rlhf_ppo/rlhf_ppo.ipynb\n"
         "  # put each submission at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb (nbgrader collect does)\n"
-        f"  {mlbook} grade-class                    # sandboxed; fills gradebook.db and autograded/\n"
-        f"  {jupyter} server                        # formgrader at /formgrader (as root: --allow-root)\n"
-        f"  {pathlib.Path(sys.executable).parent / 'nbgrader'} generate_feedback rlhf_ppo   # feedback/<student>/...html\n"
-        f"  {pathlib.Path(sys.executable).parent / 'nbgrader'} export                       # grades.csv"
+        f"  {bin_ / 'mlbook'} grade-class                    # sandboxed; fills gradebook.db and autograded/\n"
+        f"  {bin_ / 'jupyter'} server                        # formgrader at /formgrader (as root: --allow-root)\n"
+        f"  {nbgrader} generate_feedback rlhf_ppo --force   # feedback/<student>/...html (--force: a regrade reaches it)\n"
+        f"  {nbgrader} export                       # grades.csv"
     )
 
 

@@ -280,7 +280,7 @@ def _class_summary(results: dict) -> int:
     ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
     misnamed = sorted(s for s, r in results.items() if r.get("not_graded"))
     unreadable = sorted(s for s in now if results[s].get("error"))
-    line = f"{len(now)} submissions graded now"
+    line = f"{len(now)} submission{'' if len(now) == 1 else 's'} graded now"
     if kept:
         line += f", {len(kept)} unchanged since their last grading (kept; --force regrades them)"
     if not results:

@@ -16,6 +16,7 @@ env: $(STAMP)
 
 # The three layers, editable: the student library (.), the reference solutions, the repo tooling.
 $(STAMP): requirements/lock.txt pyproject.toml solutions/pyproject.toml tools/pyproject.toml
+	@echo "installing the pinned environment into $(VENV) (once, about two minutes; later runs reuse it)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
@@ -48,6 +49,7 @@ html: notebooks
 		--output-dir $(OUT) $(OUT)/executed/*.ipynb
 
 chapter: train html
+	@echo "done: open $(OUT)/rlhf_ppo.html (the solved chapter; $(OUT)/appendix_ddp.html the DDP appendix)"
 
 lint: env
 	$(BIN)/ruff check .

@@ -296,11 +296,13 @@ def write_configs(
         (etc / "labconfig" / "page_config.json").write_text(
             json.dumps({"disabledExtensions": {name: True for name in hidden}}, indent=1)
         )
-        (etc / "jupyter_server_config.json").write_text(
-            json.dumps(
-                {"ServerApp": {"jpserver_extensions": {name: False for name in off}}}, indent=1
-            )
-        )
+        # The terminal: a plain interactive bash. Under a spawner JupyterLab would start a login shell
+        # (`bash -l`), whose /etc/profile resets PATH to the system's and loses the course tools.
+        server = {
+            "jpserver_extensions": {name: False for name in off},
+            "terminado_settings": {"shell_command": ["/bin/bash"]},
+        }
+        (etc / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": server}, indent=1))
 
 
 HUB_CONFIG = '''"""JupyterHub for the course (written by `mlbook hub`; rerun it rather than edit this file)."""

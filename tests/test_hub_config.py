@@ -1,0 +1,18 @@
+"""The per-role Jupyter configuration `mlbook hub` writes (files only: no user, no hub started)."""
+
+import json
+
+from mlbook_tools import hub
+
+
+def test_the_hub_terminal_is_not_a_login_shell_that_resets_path(tmp_path):
+    """JupyterLab under a spawner starts `bash -l` unless told a shell; Debian's /etc/profile then
+    resets PATH and the README's `mlbook grade-class` answers "command not found"."""
+    hub.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
+    for role in ("instructor", "student"):
+        server = json.loads((tmp_path / "etc" / role / "jupyter_server_config.json").read_text())
+        shell = server["ServerApp"]["terminado_settings"]["shell_command"]
+        assert shell == ["/bin/bash"], (role, shell)
+        assert hub.user_env(tmp_path, role)["PATH"].startswith(
+            str(tmp_path / "envs" / role / "bin")
+        )

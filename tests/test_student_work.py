@@ -284,8 +284,13 @@ def test_handin_refuses_a_damaged_notebook_and_writes_nothing(tmp_path, damage):
             for i, c in enumerate(doc["cells"])
             if c["metadata"].get("nbgrader", {}).get("grade_id") == "gae"
         )
-        if damage == "duplicate":
-            doc["cells"].insert(i + 1, dict(doc["cells"][i], id="gae-copy"))
+        if damage == "duplicate":  # a second copy of gae's test cell (a split answer is fine)
+            t = next(
+                j
+                for j, c in enumerate(doc["cells"])
+                if c["metadata"].get("nbgrader", {}).get("grade_id", "").startswith("test_gae")
+            )
+            doc["cells"].insert(t + 1, dict(doc["cells"][t], id="gae-test-copy"))
         else:
             doc["cells"][i]["source"] = "def gae(rewards, values:\n    return rewards\n"
         text = json.dumps(doc)
@@ -294,7 +299,7 @@ def test_handin_refuses_a_damaged_notebook_and_writes_nothing(tmp_path, damage):
     assert run.returncode == 1 and "nothing was written" in run.stderr, run.stdout + run.stderr
     expected = {
         "truncated": "not a readable notebook",
-        "duplicate": "'gae' appears twice",
+        "duplicate": "appears twice (delete the copy)",
         "syntax": "'gae' has a syntax error, line 1",
     }[damage]
     assert expected in run.stderr and "Traceback" not in run.stderr, run.stderr

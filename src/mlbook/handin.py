@@ -61,7 +61,9 @@ def read_notebook(path: pathlib.Path) -> dict:
         if not isinstance(meta, dict):
             continue
         gid = meta.get("grade_id")
-        if gid in seen:
+        # an answer split in two (JupyterLab's Ctrl+Shift+- copies its metadata into both halves)
+        # is graded whole, both halves in order; a second copy of a read-only or test cell is not
+        if gid in seen and not meta.get("solution"):
             problems.append(f"the cell {gid!r} appears twice (delete the copy)")
         seen.add(gid)
         if cell.get("cell_type") == "code" and meta.get("solution"):

@@ -3,9 +3,10 @@
 import json
 
 import pytest
+from mlbook_tools.config import layout
+
 from mlbook.handin import CannotHandIn, read_notebook
 from mlbook.selfcheck import is_extra, summary
-from mlbook_tools.config import layout
 
 
 def test_the_summary_counts_every_check_and_says_core_and_extra_credit_apart():

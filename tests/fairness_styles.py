@@ -495,3 +495,70 @@ STYLES.update(
         },
     }
 )
+
+
+# ---------------------------------------------------------------- issue 31: whole answers, tests in place
+# Two more cell shapes JupyterLab makes (``split``, ``merged_from_above``), applied on top of the
+# shapes above. ``nbgrader_lost``: graded tests plain nbgrader loses although the work is correct
+# (the engine must keep them: "10 is right"; test_fairness checks the reference says so too).
+#   split: {grade id: (first half, second half)}: Ctrl+Shift+- in JupyterLab 4 replaces the cell by
+#       two cells, each with a copy of its metadata (nbgrader's grade id included) and a new cell id.
+#   merged_from_above: {grade id: helper source}: a helper cell above the answer, merged into it
+#       with the helper selected (Shift+M): the merged cell keeps the helper's metadata (none), its
+#       source is the helper, a blank line, the answer.
+_style_notebook_plain = style_notebook
+
+
+def style_notebook(base, style: dict):  # noqa: F811 - the shapes above plus split and merged cells
+    """The notebook ``base`` (an nbformat notebook, not changed) written in ``style``."""
+    import copy
+
+    nb = _style_notebook_plain(base, style)
+    cells = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in style.get("merged_from_above", {}):
+            cell.source = style["merged_from_above"][gid] + "\n\n" + cell.source
+            del cell.metadata["nbgrader"]
+        if gid in style.get("split", {}):
+            first, second = style["split"][gid]
+            half = copy.deepcopy(cell)
+            cell.source, half.source = first, second
+            half["id"] = f"{cell.get('id', gid)}-split"[:64]
+            cells += [cell, half]
+            continue
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+_GAE_MC_EXPERIMENT = """# An experiment after the test: lambda = 1 gives Monte Carlo advantages. How do they differ?
+_my_gae = gae
+
+
+def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    return _my_gae(rewards, values, response_mask, gamma, 1.0)
+
+
+_r = torch.tensor([[0.0, 0.0, 1.0]])
+_v = torch.tensor([[0.2, 0.5, 0.7]])
+print(gae(_r, _v, torch.ones(1, 3))[0], _my_gae(_r, _v, torch.ones(1, 3))[0])
+"""
+
+STYLES.update(
+    {
+        "answer cell split in two (JupyterLab Ctrl+Shift+-)": {
+            "split": {"gae": (_DELTA, _gae("_delta"))},
+            # nbgrader's DeduplicateIds empties the first half's metadata, then stops the whole
+            # notebook (SchemaTooOldError): nothing is graded there; Jupyter runs both halves
+            "nbgrader_lost": list(CHECKS),
+        },
+        "helper cell merged into the answer (JupyterLab Shift+M)": {
+            "cells": {"gae": _gae("_delta")},
+            "merged_from_above": {"gae": _DELTA},
+        },
+        "later experiment rebinds a graded name after its test": {
+            "added": [(_ID["check_gae"], _GAE_MC_EXPERIMENT)],
+        },
+    }
+)

@@ -5,6 +5,7 @@ runs) and the autograded notebook (what people read) both follow it: a unit test
 from __future__ import annotations
 
 import nbformat
+import pytest
 from mlbook_tools import driver, feedback
 from mlbook_tools.notebook_order import TOP, grade_id, merged, place
 from mlbook_tools.result import GradingResult
@@ -142,3 +143,149 @@ def test_the_plan_and_the_autograded_notebook_follow_the_same_order():
         "def g(x):\n    raise NotImplementedError",
         "z = g",
     ]
+
+
+# ---------------------------------------------------------------- issue 31: whole answers
+
+
+def _written_source():
+    """_source() plus a written (markdown, manually graded) answer below answer_g."""
+    src = _source()
+    src.cells.append(_cell("markdown", "YOUR ANSWER HERE", "why", solution=True, grade=True))
+    return src
+
+
+def _split(cell, first: str, second: str):
+    """JupyterLab's Ctrl+Shift+-: two cells, each with a copy of the cell's metadata, new ids."""
+    a, b = nbformat.from_dict(dict(cell)), nbformat.from_dict(dict(cell))
+    a.metadata = nbformat.from_dict(dict(cell.metadata))
+    b.metadata = nbformat.from_dict(dict(cell.metadata))
+    a.source, b.source = first, second
+    a["id"], b["id"] = f"{grade_id(cell)}-1", f"{grade_id(cell)}-2"
+    return [a, b]
+
+
+def _split_student():
+    src = _written_source()
+    c = src.cells
+    cells = [
+        c[0],
+        *_split(c[1], "def _twice(x):\n    return 2 * x", "def f(x):\n    return _twice(x)"),
+        c[2],
+        c[3],
+        c[4],
+        *_split(c[5], "First half of my answer.", "Second half, with $x^2$."),
+    ]
+    return v4.new_notebook(cells=cells)
+
+
+def test_a_split_answer_cell_keeps_both_halves_in_order():
+    """Ctrl+Shift+- in JupyterLab copies the metadata into both halves: the second is the student's
+    cell below the first (it runs), not a duplicate; a duplicated test cell still is one."""
+    source, student = _written_source(), _split_student()
+    answers = frozenset({"answer_f", "answer_g", "why"})
+    placement = place(student.cells, {grade_id(c) for c in source.cells}, answers)
+    assert placement.duplicates == [] and _sources(placement.added["answer_f"]) == [
+        "def f(x):\n    return _twice(x)"
+    ]
+    assert placement.parts["answer_f"] == placement.added["answer_f"]
+    assert _sources(placement.parts["why"]) == ["Second half, with $x^2$."]
+    plan = driver.make_plan(source, nbformat.writes(student))
+    ran = [(cid, text.split("\n")[0]) for cid, text, _ in plan.cells]
+    assert ran == [
+        ("answer_f", "def _twice(x):"),
+        ("answer_f+1", "def f(x):"),
+        ("helper", "HELPER = 3"),
+        ("answer_g", "def g(x):"),
+    ]
+    assert not plan.problems, plan.problems
+    student.cells.insert(3, _cell("code", "assert f(1) == 2", "test_f", grade=True, points=1))
+    plan = driver.make_plan(source, nbformat.writes(student))
+    assert any("'test_f' appears more than once" in p for p in plan.problems)
+
+
+def test_the_classic_notebooks_split_runs_both_halves_in_order():
+    """The classic Notebook's split gives the first half a new cell without metadata, above."""
+    source = _source()
+    first = _cell("code", "def _twice(x):\n    return 2 * x")
+    second = _cell("code", "def f(x):\n    return _twice(x)", "answer_f", solution=True)
+    student = v4.new_notebook(cells=[source.cells[0], first, second, *source.cells[2:]])
+    plan = driver.make_plan(source, nbformat.writes(student))
+    ran = [text.split("\n")[0] for _, text, _ in plan.cells]
+    assert ran[:2] == ["def _twice(x):", "def f(x):"] and not plan.problems
+
+
+def test_a_further_copy_of_an_answer_runs_and_shows_where_it_stands():
+    """A pasted copy of an answer away from it is the student's cell there (not a split half)."""
+    source = _source()
+    c = source.cells
+    again = _cell("code", "def f(x):\n    return 2 * x", "answer_f", solution=True)
+    student = v4.new_notebook(cells=[c[0], c[1], c[2], c[3], again, c[4]])
+    order, placement = merged(source.cells, student.cells)
+    assert not placement.parts and not placement.duplicates
+    assert [a for k, a, _ in order if k == "added"] == ["helper"]
+    plan = driver.make_plan(source, nbformat.writes(student))
+    assert [cid for cid, _, _ in plan.cells] == ["answer_f", "helper", "helper+1", "answer_g"]
+    nb = feedback.autograded_notebook(source, plan, GradingResult(problems=[]))
+    shown = [c.source for c in nb.cells]
+    assert shown[shown.index("HELPER = 3") + 1] == "def f(x):\n    return 2 * x"
+    assert all("nbgrader" not in c.metadata for c in nb.cells[shown.index("HELPER = 3") + 1 :][:1])
+
+
+def test_the_grader_reads_a_split_written_answer_whole_in_its_graded_cell():
+    source = _written_source()
+    plan = driver.make_plan(source, nbformat.writes(_split_student()))
+    nb = feedback.autograded_notebook(source, plan, GradingResult(problems=[]))
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "why"]
+    assert len(graded) == 1
+    assert graded[0].source == "First half of my answer.\n\nSecond half, with $x^2$."
+    assert nb.cells[-1] is not graded[0] or nb.cells[-1].source == graded[0].source
+    assert sum("Second half" in c.source for c in nb.cells) == 1  # shown once, in the graded cell
+    # the split code answer: both halves shown, in order, the second without a grade id
+    shown = [c.source.split("\n")[0] for c in nb.cells]
+    i = shown.index("def _twice(x):")
+    assert shown[i + 1] == "def f(x):" and "nbgrader" not in nb.cells[i + 1].metadata
+
+
+def test_each_test_knows_where_it_stands_in_the_plan():
+    plan = driver.make_plan(_source(), nbformat.writes(_student()))
+    ran = [cid for cid, _, _ in plan.cells]
+    (test,) = plan.tests
+    assert test.grade_id == "test_f" and ran[: test.at] == ["top+1", "answer_f", "answer_f+1"]
+
+
+def _grade(source, student) -> dict:
+    """``student`` graded by the sandboxed engine with one check: f(1) == 2 at test_f."""
+    import types
+
+    def check_f(f, seed):
+        assert f(1) == 2, f"f(1) is {f(1)}"
+
+    checks = types.SimpleNamespace(
+        CHECKS={"test_f": types.SimpleNamespace(fn=check_f, names=["f"], extra=False)}
+    )
+    plan = driver.make_plan(source, nbformat.writes(student))
+    out = driver.grade_plan(plan, checks, b"secret", "student", limits=driver.DEFAULT_LIMITS)
+    return {v.grade_id: (v.score, v.message) for v in out["verdicts"]}
+
+
+@pytest.mark.sandbox
+def test_a_split_answer_keeps_its_points_in_the_sandbox():
+    assert _grade(_written_source(), _split_student()) == {"test_f": (1.0, "passed")}
+
+
+@pytest.mark.sandbox
+def test_a_test_sees_the_answer_as_it_stood_there_not_a_later_rebinding():
+    """nbgrader runs a hidden test where it stands: an experiment below that rebinds f changes nothing;
+    a name defined only below the test is still found (its final binding)."""
+    source = _source()
+    c = source.cells
+    right = _cell("code", "def f(x):\n    return 2 * x", "answer_f", solution=True)
+    later = _cell("code", "def f(x):  # an experiment\n    return 0")
+    student = v4.new_notebook(cells=[c[0], right, c[2], later, *c[3:]])
+    assert _grade(source, student) == {"test_f": (1.0, "passed")}
+    wrong = _cell("code", "def f(x):\n    return 0", "answer_f", solution=True)
+    fixed_below = _cell("code", "def f(x):\n    return 2 * x")
+    student = v4.new_notebook(cells=[c[0], wrong, c[2], fixed_below, *c[3:]])
+    score, message = _grade(source, student)["test_f"]
+    assert score == 0.0 and message.startswith("f(1) is 0"), message  # as nbgrader: wrong there

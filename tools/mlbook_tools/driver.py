@@ -178,6 +178,7 @@ class Test:
     grade_id: str
     points: float
     extra: bool
+    at: int | None = None  # where it stands: the number of plan cells above it (None: below all)
 
 
 @dataclass
@@ -271,7 +272,7 @@ def make_plan(
         if cell.cell_type != "code":
             continue
         if meta.get("grade"):
-            tests.append(Test(gid, cell_points(cell), is_extra(gid)))
+            tests.append(Test(gid, cell_points(cell), is_extra(gid), at=len(plan_cells)))
             if mine is None:
                 problems.append(f"test cell {gid!r} is missing: restored from the course's copy")
             continue
@@ -319,6 +320,10 @@ class Session:
         self.wall_deadline = self.hard_deadline = wall_deadline  # hard_deadline never moves
         self.runner: Runner | None = None
         self.bad_cells: dict[str, str] = {}  # grade_id -> why it is left out
+        # plan position -> {name: what it was bound to there} (the checks' view at each test cell,
+        # as nbgrader runs a hidden test where it stands); taken again by every new runner
+        self.bindings: dict[int, dict] = {}
+        self.bad_bindings: set[int] = set()  # positions whose snapshot stopped the runner
         self.cell_errors: dict[str, str] = {}  # grade_id -> the error it raised (it stays in)
         self.restarts = 0
         self._build()
@@ -371,11 +376,47 @@ class Session:
                 raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
             raise
 
+    def _bind(self, at: int) -> None:
+        """What the student's graded names are bound to now, at plan position ``at`` (handles)."""
+        if at in self.bad_bindings or not self.plan.student_names:
+            return
+        try:
+            reply, rblobs = self.request(
+                {"op": "bind", "names": sorted(self.plan.student_names)}, 10
+            )
+        except CallTimeout:
+            return  # the final bindings serve
+        except RunnerDied:
+            self.bad_bindings.add(at)
+            raise
+        if not reply.get("ok"):
+            return
+        try:
+            bound = _codec(self).decode(
+                reply.get("result"), rblobs, reply.get(protocol.TENSORS, [])
+            )
+        except protocol.ProtocolError:
+            return
+        if isinstance(bound, dict):
+            for name, value in bound.items():
+                if isinstance(value, Remote):
+                    object.__setattr__(value, "name", name)
+                    object.__setattr__(value, "label", name)
+            self.bindings[at] = bound
+
+    def bound_at(self, at: int | None) -> dict:
+        """The student's graded names as a check at plan position ``at`` sees them ({} if unknown)."""
+        return self.bindings.get(at, {}) if at is not None else {}
+
     def _build(self):
         while True:
             self._start()
+            self.bindings = {}
+            stops = sorted({t.at for t in self.plan.tests if t.at is not None})
             try:
-                for gid, source, _trusted in self.plan.cells:
+                for i, (gid, source, _trusted) in enumerate(self.plan.cells):
+                    while stops and stops[0] <= i:  # a test cell stands here
+                        self._bind(stops.pop(0))
                     if gid in self.bad_cells:
                         continue
                     # read-only cells too: they may call student code
@@ -397,6 +438,8 @@ class Session:
                         raise
                     if not reply.get("ok"):
                         self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
+                for at in stops:  # test cells below every cell
+                    self._bind(at)
                 return
             except RunnerDied:
                 self.runner.close()  # every error path: nothing of this runner survives
@@ -443,9 +486,10 @@ class Session:
         return self.runner.output() if self.runner else ""
 
     # -------------------------------------------------------------- calls
-    def call(self, target, method, args, kwargs, attrs=()):
-        """Call ``target`` (a name or handle) in the sandbox. Nothing comes back into ``args``: the driver's
-        tensors stay as they were; a call that changed an input in place fails the check."""
+    def call(self, target, method, args, kwargs, attrs=(), label=None):
+        """Call ``target`` (a name or handle; ``label``: its name for messages) in the sandbox. Nothing
+        comes back into ``args``: the driver's tensors stay as they were; a call that changed an input in
+        place fails the check."""
         blobs, leaves = [], []
         codec = _codec(self)
         enc_args = [codec.encode(a, blobs, leaves) for a in args]
@@ -458,7 +502,7 @@ class Session:
             "kwargs": enc_kwargs,
             "attrs": list(attrs),
         }
-        name = target if isinstance(target, str) else "your code"
+        name = label or (target if isinstance(target, str) else "your code")
         timeout = min(self.limits.call_seconds, self.left())
         try:
             reply, rblobs = self.request(header, self.limits.call_seconds, blobs)
@@ -545,13 +589,14 @@ class Remote:
         object.__setattr__(self, "_protocol_handle", handle if isinstance(handle, int) else None)
         object.__setattr__(self, "type_name", type_name)
         object.__setattr__(self, "name", name or type_name)
+        object.__setattr__(self, "label", None)  # the graded name it is bound to, for messages
 
     def __repr__(self):
         return f"<remote {self.type_name} {self.name}>"
 
     def __call__(self, *args, **kwargs):
         try:
-            return self.session.call(self.handle, None, args, kwargs)
+            return self.session.call(self.handle, None, args, kwargs, label=self.label)
         except RemoteError as err:
             raise AssertionError(f"{self.name} raised {err}") from None
 
@@ -724,8 +769,11 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             False, "not run: the notebook's code crashes, hangs or breaks the Python process"
         )
     proxies: dict = {}
+    here = session.bound_at(test.at)  # the names as they were bound at the test cell
     for name, gid in plan.student_names.items():
-        if name in defined:
+        if name in here:
+            proxies[name] = here[name]
+        elif name in defined:  # defined only below the test cell: its final binding
             proxies[name] = Remote(session, name, name=name)
         else:
             why = session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"

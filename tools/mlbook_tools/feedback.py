@@ -11,7 +11,7 @@ import re
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
-from mlbook_tools.notebook_order import merged
+from mlbook_tools.notebook_order import grade_id, merged
 from mlbook_tools.result import CellGrade, GradingResult, is_extra
 
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
@@ -103,12 +103,28 @@ def _shown_added(cell) -> bool:
     return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
 
 
+def _part_of_written_answer(mine, parts, cells) -> bool:
+    """A split half of a written (markdown) answer is appended to the graded cell above it (the last
+    one of ``cells``), so the grader reads the whole answer in the cell the grade belongs to."""
+    if not any(mine is p for p in parts) or not cells or cells[-1].cell_type != "markdown":
+        return False
+    if not isinstance(mine, dict) or mine.get("cell_type") != "markdown":
+        return False
+    text = mine.get("source", "")
+    text = "".join(text) if isinstance(text, list) else str(text)
+    graded = cells[-1]
+    graded.source = graded.source.rstrip("\n") + "\n\n" + text if graded.source.strip() else text
+    if images := _inert_attachments(mine.get("attachments"), text):
+        graded.attachments = {**graded.get("attachments", {}), **images}
+    return True
+
+
 def autograded_notebook(source_nb, plan, result: GradingResult):
     """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
     import nbformat
 
     student = plan.notebook if plan is not None else None
-    order, _ = merged(source_nb.cells, student.cells if student is not None else [])
+    order, placement = merged(source_nb.cells, student.cells if student is not None else [])
     cells = []
     if result.error or result.problems:
         lines = [
@@ -117,6 +133,13 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
         cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
     for kind, where, mine in order:
         if kind == "added":  # shown where the student put it (the plan ran it there), inert
+            if _part_of_written_answer(mine, placement.parts.get(where, ()), cells):
+                continue  # merged into the written answer above
+            if (
+                grade_id(mine) in placement.copies
+            ):  # a further copy of an answer: the student's cell
+                mine = copy.deepcopy(mine)
+                mine["metadata"] = {}
             if _shown_added(mine):
                 cells.append(_added(mine))
             continue

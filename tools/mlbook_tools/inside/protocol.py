@@ -11,13 +11,14 @@ Schema of a header (every key below is a tag of this module; no other keys are r
 
     request  {"op": "exec",    "cell": str, "source": str}
              {"op": "defined", "names": [str]}
+             {"op": "bind",    "names": [str]}  (the callables the names are bound to now)
              {"op": "call",    "target": str | int, "method": str | null,
                                "args": [value], "kwargs": {str: value}, "attrs": [str]}
              {"op": "getattr", "target": int, "name": str}
     reply    {"ok": false, "error": str}
              {"ok": true}                                   (exec)
              {"ok": true, "names": [str]}                   (defined)
-             {"ok": true, "result": value}                  (getattr)
+             {"ok": true, "result": value}                  (getattr; bind: a dict of handles)
              {"ok": true, "result": value, "graph": bool, "grads": [value | null],
                                "mutated": [str], "attrs": {str: value}}     (call)
     every frame with tensors: "tensors": [{"dtype": str, "shape": [int], "nbytes": int,

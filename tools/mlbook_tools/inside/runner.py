@@ -228,6 +228,13 @@ def main(req_fd, rep_fd):
                 reply = run_cell(namespace, req["cell"], req["source"], error_text)
             elif req["op"] == "defined":
                 reply = {"ok": True, "names": sorted(k for k in req["names"] if k in namespace)}
+            elif req["op"] == "bind":  # handles of the callables the names are bound to now
+                now = [(k, namespace[k]) for k in req["names"] if callable(namespace.get(k))]
+                held = [
+                    [k, {protocol.HANDLE: keep(v), protocol.TYPE: type(v).__name__[:100]}]
+                    for k, v in now
+                ]
+                reply = {"ok": True, "result": {protocol.DICT: held}}
             elif req["op"] == "call":
                 reply = call(req, blobs, out)
             elif req["op"] == "getattr":

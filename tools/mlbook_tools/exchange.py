@@ -254,3 +254,18 @@ class TrustedCollect(ExchangeCollect):
         if os.path.isdir(dest):
             shutil.rmtree(dest)
         os.rename(tmp, dest)
+
+
+def refuse_unsafe_ids(course, assignment: str, out) -> set[str]:
+    """``mlbook grade-class``: the student folders ``submitted/<id>/<assignment>`` whose id is not a
+    safe one are not graded (nor put in the gradebook or the exports); one line for each, to ``out``."""
+    refused = set()
+    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
+        why = student_id_problem(folder.parent.name)
+        if why:
+            refused.add(folder.parent.name)
+            print(
+                _printable(f"NOT GRADED: {why}; rename the folder {folder.parent} to such an id"),
+                file=out,
+            )
+    return refused

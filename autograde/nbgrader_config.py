@@ -100,3 +100,8 @@ protect_running_server()
 # `nbgrader autograde` runs it as usual; `mlbook grade-class` runs it after grading (late.py).
 c.AssignLatePenalties.plugin_class = "mlbook_tools.late.LatePenalty"
 c.LatePenalty.per_day = 0.1
+
+# The exchange (a JupyterHub, `mlbook hub`): collect files a submission only under the student whose
+# uid owns it, refuses links, and dates it by the file system's ctime, never by the folder's name or
+# the student's timestamp.txt (mlbook_tools/exchange.py; refusals are logged as errors).
+c.ExchangeFactory.collect = "mlbook_tools.exchange.TrustedCollect"

@@ -7,8 +7,13 @@ removes the users at the end. The loop, each step asserted:
   instructor (formgrader)  generate + release
   alice (Assignments tab)  fetch; submit half-done; submit again, correct (the resubmission counts)
   instructor (CLI)         sets the due date to now (`nbgrader db assignment add --duedate`)
-  bob (Assignments tab)    fetch; submit half-done: late
-  instructor               collect (formgrader), `mlbook grade-class` (CLI, as the instructor: the
+  bob (Assignments tab)    fetch; submit half-done, late, through a doctored client: nbgrader's
+                           submit with its clock an hour before the due date (folder name,
+                           timestamp.txt, cache), every mtime backdated
+  alice (by hand)          a folder in inbound/ in bob's name, "later", with her notebook
+  instructor               collect (formgrader): alice's folder refused and said, bob's own work
+                           collected, late by the file system's time (mlbook_tools/exchange.py);
+                           `mlbook grade-class` (CLI, as the instructor: the
                            sandbox), one written answer graded in formgrader, generate + release
                            feedback (formgrader), `nbgrader export` (CLI)
   alice, bob (Assignments) fetch feedback, open it: their own scores, nothing of the other's
@@ -364,8 +369,17 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     login(browser, hub, BOB, f"/user/{BOB}/lab")
     fetch(browser, BOB)
     fill(hub, BOB, "half")
-    click_button(browser, "Submit")
-    WebDriverWait(browser, 120).until(lambda d: len(submissions_in_exchange(hub, BOB)) == 1)
+    # bob's client is doctored: nbgrader's own submit, its clock set an hour before the due date (the
+    # inbound folder's name, its timestamp.txt and bob's cache all say "on time"); every mtime backdated
+    early = time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime(due_at - 3600))
+    as_user(hub, BOB, "python", "-c", BACKDATED_SUBMIT, early, NB, cwd=f"/home/{BOB}")
+    assert len(submissions_in_exchange(hub, BOB)) == 1
+    assert early in submissions_in_exchange(hub, BOB)[0].name
+    # alice puts a folder in bob's name, "later" than his, with her own notebook in it
+    forged = f"{BOB}+{NB}+2099-01-01 00:00:00.000000 UTC+forged"
+    exchange = str(hub["dir"] / "exchange")
+    as_user(hub, ALICE, "python", "-c", FORGE, forged, NB, exchange, cwd=f"/home/{ALICE}")
+    assert len(submissions_in_exchange(hub, BOB)) == 2
 
     # --- isolation, as each student user
     check_isolation(hub, course)
@@ -374,12 +388,21 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     login(browser, hub, TEACH, f"/user/{TEACH}/formgrader/manage_assignments")
     said = formgrader_click(browser, "cloud-download")  # collect
     assert (course / "submitted" / BOB / NB / "timestamp.txt").exists(), said
+    from nbgrader.utils import parse_utc
+
     stamps = {
-        s: (course / "submitted" / s / NB / "timestamp.txt").read_text().strip()
+        s: parse_utc((course / "submitted" / s / NB / "timestamp.txt").read_text().strip())
         for s in (ALICE, BOB)
     }
-    latest = submissions_in_exchange(hub, ALICE)[-1].name.split("+")[2]
-    assert stamps[ALICE] == latest, "the resubmission is the one collected"
+    latest = submissions_in_exchange(hub, ALICE)[-1] / f"{NB}.ipynb"
+    mine = {s: (course / "submitted" / s / NB / f"{NB}.ipynb").read_text() for s in (ALICE, BOB)}
+    assert mine[ALICE] == latest.read_text(), "the resubmission is the one collected"
+    # the exchange's facts are the kernel's (mlbook_tools/exchange.py): alice's folder in bob's name
+    # is refused and said; bob's work is his; his time is when he handed in, not what his client said
+    assert "REFUSED" in said and "forged" in said and "owned by mlbalice" in said, said
+    assert mine[BOB] == pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").read_text()
+    due_dt = parse_utc(due)
+    assert stamps[ALICE] < due_dt < stamps[BOB], (stamps, due)
     graded = as_user(
         hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course)
     )
@@ -453,6 +476,38 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     assert seen[ALICE]["core"] == 10 and seen[ALICE]["late"] == 0  # the correct resubmission counts
     assert seen[BOB]["core"] < 10 and seen[BOB]["late"] == pytest.approx(penalty[BOB], abs=0.01)
     assert seen[ALICE]["extra"] >= 1  # the written answer graded in formgrader
+
+
+# A doctored client (run as bob): nbgrader's own `nbgrader submit`, its clock set to argv[1], then
+# every mtime in the new inbound folder set back to that time too (utime: the owner may).
+BACKDATED_SUBMIT = """
+import calendar, os, sys, time
+from nbgrader.exchange.abc import exchange
+from nbgrader.exchange.default.submit import ExchangeSubmit
+early, nb = sys.argv[1], sys.argv[2]
+exchange.Exchange.set_timestamp = lambda self: setattr(self, "timestamp", early)
+copy_files = ExchangeSubmit.copy_files
+def doctored(self):
+    copy_files(self)
+    t = calendar.timegm(time.strptime(early, "%Y-%m-%d %H:%M:%S.000000 UTC"))
+    folder = os.path.join(self.inbound_path, self.assignment_filename)
+    for p in [os.path.join(folder, f) for f in os.listdir(folder)] + [folder]:
+        os.utime(p, (t, t))
+ExchangeSubmit.copy_files = doctored
+from nbgrader.apps.nbgraderapp import NbGraderApp
+NbGraderApp.launch_instance(argv=["submit", nb])
+"""
+
+# alice, by hand: a folder in bob's name (argv[1]) holding her own notebook and a timestamp.txt
+FORGE = """
+import os, shutil, sys
+name, nb, exchange = sys.argv[1:4]
+folder = os.path.join(exchange, "rlhf-ppo", "inbound", name)
+os.mkdir(folder)
+shutil.copy(os.path.join(nb, nb + ".ipynb"), folder)
+with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+    fh.write(name.split("+")[2])
+"""
 
 
 def check_isolation(hub, course: pathlib.Path) -> None:

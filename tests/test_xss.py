@@ -296,6 +296,19 @@ def course(tmp_path_factory, canary):
         text=True,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # grade-class refuses an id outside the safe set (mlbook_tools/exchange.py); nbgrader autograde
+    # (formgrader's Autograde button) still grades a folder it is pointed at: those pages are tried too
+    for student in students:
+        if student != "mallory":
+            assert f"NOT GRADED: student id {student!r} is not allowed" in run.stdout, run.stdout
+            auto = subprocess.run(
+                [str(BIN / "nbgrader"), "autograde", ASSIGNMENT, f"--student={student}", "--force"],
+                cwd=course,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert auto.returncode == 0, auto.stdout[-2000:] + auto.stderr[-2000:]
     from nbgrader.api import Gradebook
 
     with Gradebook(

@@ -270,8 +270,13 @@ def grade_class(
     manual_audit.report(course, assignment, out)  # manual scores changed since the last run
     checks_path = grading.layout().checks
     jobs, results = [], {}
+    from mlbook_tools.exchange import refuse_unsafe_ids  # ids outside the safe set (exchange.py)
+
+    refused = refuse_unsafe_ids(course, assignment, out)
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
+        if student in refused:
+            continue
         fp = _fingerprint(_head(nb_path, limits), checks_path, source)
         state = state_dir / f"{student}.json"
         if not force and state.exists():
@@ -381,10 +386,14 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
     added to the gradebook with no submission, the status column names the file found)."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    from mlbook_tools.exchange import student_id_problem
+
     for folder in sorted(course.glob(f"submitted/*/{assignment}")):
         if (folder / f"{assignment}.ipynb").exists():
             continue
         student = folder.parent.name
+        if student_id_problem(student):  # refused, said once (refuse_unsafe_ids)
+            continue
         found = (
             sorted(p.name for p in folder.glob("*.ipynb"))
             or sorted(p.name for p in folder.iterdir())[:5]

@@ -3,21 +3,51 @@
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
 ``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one
-column per graded cell (``<assignment>:<grade id>``). A text cell that a spreadsheet would take for a
-formula (a student id or name starting with ``=``, ``+``, ``-``, ``@``) is written with a leading quote
-(``inert.csv_cell``). nbgrader's own long format (``nbgrader export``, with this course's
-``CoreExtraCsvExport``) stays the default.
+column per graded cell (``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``,
+with this course's ``plugins.CoreExtraCsvExport``) stays the default.
+
+Both exports write every cell through ``csv_cell`` and ``csv_writer`` (OWASP's CSV-injection guidance):
+a text a student controls (id, names, a misnamed file's name, an unreadable file's error text) is
+never a formula, whatever separator the spreadsheet splits on (``,``, ``;``, tab, ``|``, a line break):
+
+* a text starting with a formula character (``=`` ``+`` ``-`` ``@``, their full-width forms, or a
+  tab/CR/LF), also after leading blanks or double quotes, gets a leading ``'``;
+* inside a text, a formula character right after a separator (blanks and double quotes between
+  allowed) gets a ``'`` before it: ``bob;=2+2`` becomes ``bob;'=2+2``, so a spreadsheet that
+  splits that text into two cells still shows ``'=2+2`` as text;
+* every text field is double-quoted (quotes inside doubled); numbers stay unquoted numbers.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 
 from nbgrader.plugins import ExportPlugin
 
 from mlbook_tools.grading import assignment_points, export_course, submission_status
-from mlbook_tools.inert import csv_cell
 from mlbook_tools.result import GradingResult
+
+_TRIGGER = "=+\\-@\uff1d\uff0b\uff0d\uff20"  # = + - @ and their full-width forms
+_STARTS = re.compile(f'[\\s"]*[{_TRIGGER}]|[\\t\\r\\n]')
+_AFTER_SEPARATOR = re.compile(f'([,;|\\t\\r\\n][\\s"]*)(?=[{_TRIGGER}])')
+
+
+def csv_cell(value):
+    """One exported value: a number (``int``, ``float``, ``bool``) as it is, anything else as text
+    that no spreadsheet evaluates, whichever separator it splits on (module docstring)."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return value
+    text = _AFTER_SEPARATOR.sub(r"\1'", str(value))
+    return "'" + text if _STARTS.match(text) else text
+
+
+def csv_writer(fh, fieldnames) -> csv.DictWriter:
+    """A ``DictWriter`` that double-quotes every text field (numbers stay numbers); pair with ``csv_cell``."""
+    return csv.DictWriter(fh, fieldnames=fieldnames, restval="", quoting=csv.QUOTE_NONNUMERIC)
+
 
 FIELDS = (
     "score",
@@ -81,7 +111,7 @@ class WideCsvExport(ExportPlugin):
                     row[f"{a}:{gid}"] = g.score
             rows.append(row)
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns, restval="")
+            writer = csv_writer(fh, columns)
             writer.writeheader()
             writer.writerows(
                 [{k: csv_cell(v) for k, v in row.items()} for row in rows]

@@ -1,7 +1,9 @@
 """Late submissions: the course's nbgrader late-penalty plugin, applied after ``mlbook grade-class``.
 
-``nbgrader collect`` writes ``submitted/<student>/<assignment>/timestamp.txt`` (the time the student
-submitted; of several submissions only the latest is collected, ``--update`` replaces an older one).
+``nbgrader collect`` writes ``submitted/<student>/<assignment>/timestamp.txt``: with the course's
+collect (``exchange.TrustedCollect``) the time the file system gave the submission (the latest ctime in
+its inbound folder), never the one the student's client wrote or put in the folder's name; of several
+submissions only the latest is collected, ``--update`` replaces an older one.
 ``nbgrader autograde`` runs nbgrader's ``AssignLatePenalties`` preprocessor; ``grade-class`` calls
 ``apply_late_penalties`` instead, which runs that same preprocessor with the course's configuration
 (``c.AssignLatePenalties.plugin_class``) on every graded student, after refreshing the submission's

@@ -5,7 +5,6 @@ the feedback page's preprocessors are in ``feedback.py``, the engine's entry poi
 
 from __future__ import annotations
 
-import csv
 import os
 import pathlib
 import time
@@ -16,6 +15,7 @@ from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import SaveAutoGrades
 from traitlets import Dict, Float, validate
 
+from mlbook_tools.export import csv_cell, csv_writer
 from mlbook_tools.feedback import strip_hidden_tests, verdict_outputs
 from mlbook_tools.grading import (
     assignment_points,
@@ -26,7 +26,6 @@ from mlbook_tools.grading import (
     refused_result,
     submission_status,
 )
-from mlbook_tools.inert import csv_cell
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 from mlbook_tools.result import GradingResult, is_extra
@@ -215,7 +214,7 @@ class CoreExtraCsvExport(ExportPlugin):
         ]
         root = export_course(self)
         with open(self.to or "grades.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer = csv_writer(fh, keys)  # text quoted, never a formula
             writer.writeheader()
             for assignment in gradebook.assignments:
                 points = assignment_points(root, assignment.name) or {}

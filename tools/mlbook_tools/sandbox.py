@@ -220,12 +220,15 @@ class Cgroup:
 
     def kill(self):
         """SIGKILL every process in the group until it is empty. ``pids.max`` drops to 0 first: no process
-        in the group can make another meanwhile, so a fork bomb cannot outrun the loop."""
+        in the group can make another meanwhile, so a fork bomb cannot outrun the loop. Returns once
+        every process it killed has finished exiting (gone, or a zombie), or after 2 s: a dying process
+        leaves the group's listing before the kernel has let go of its memory."""
         if "pids" in self.dirs:
             try:
                 self._write("pids", "pids.max", "0")
             except OSError:
                 pass
+        killed = set()
         for _ in range(200):
             pids = self.pids()
             if not pids:
@@ -235,7 +238,12 @@ class Cgroup:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            killed |= pids
             time.sleep(0.005)
+        for _ in range(200):
+            if not any(map(running, killed)):
+                break
+            time.sleep(0.01)
 
     def remove(self):
         self.kill()
@@ -249,6 +257,15 @@ class Cgroup:
                 except OSError:  # still emptying
                     time.sleep(0.01)
         self.dirs = {}
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not finished exiting (a zombie has: it only waits to be reaped)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
 @functools.cache

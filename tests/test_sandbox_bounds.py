@@ -61,8 +61,9 @@ EXPECT = {
     "i386_fork": (-signal.SIGSYS, ""),  # int 0x80: a foreign ABI kills the process
     "x32_fork": (-signal.SIGSYS, ""),
 }
-# With a cgroup (pids.max, memory, cpu, all killed at close): processes as in a kernel; clone3 still
-# ENOSYS (its flags are out of the filter's reach) and a foreign ABI still kills.
+# With a cgroup (pids.max, memory, cpu, all killed at close): processes as in a kernel (vfork too:
+# /bin/sh, dash, runs commands through it); clone3 still ENOSYS (its flags are out of the filter's
+# reach) and a foreign ABI still kills.
 EXPECT_WITH_CGROUP = {
     **EXPECT,
     "fork": (0, "allowed"),
@@ -214,6 +215,12 @@ def test_processes_run_in_the_working_folder_within_the_cgroup_and_die_with_it()
         burn = "import subprocess, sys\nsubprocess.run([sys.executable, '-S', '-c', 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1: pass'])\n"
         assert _exec(r, burn) == {"ok": True}
         assert r.cgroup.cpu_seconds() - cpu0 >= 0.9  # a child's CPU time is the sandbox's
+        # a child that does not end (fork, or raw clone through ctypes) comes back to the runner: it
+        # never answers a request (the runner's pipe has one writer), so the next requests still work
+        stray = "import ctypes, os\nparent = os.getpid()\nos.fork()\nctypes.CDLL(None).syscall(56, 17, 0, 0, 0, 0)\n"
+        assert _exec(r, stray) == {"ok": True}
+        for _ in range(3):
+            assert _run(r, "def probe():\n    return os.getpid() == parent\n") is True
         bomb = (
             "import os, time\nkids = 0\ntry:\n    while kids < 1000:\n        if os.fork() == 0:\n"
             "            time.sleep(60)\n            os._exit(0)\n        kids += 1\nexcept OSError:\n    pass\n"

@@ -132,7 +132,7 @@ def seccomp_program(cgroup: bool = True) -> bytes:
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
     if not cgroup:
-        for name in ("fork", "vfork"):
+        for name in ("fork", "vfork"):  # vfork: /bin/sh (dash) runs every command through it
             f.add_rule(sc.ERRNO(errno.EAGAIN), name)
         f.add_rule(sc.ERRNO(errno.EAGAIN), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "memfd_create")

@@ -562,3 +562,59 @@ STYLES.update(
         },
     }
 )
+
+
+# ---------------------------------------------------------------------- issue 31: processes, as in a kernel
+# Shell lines and %%bash run in the working folder (what they write is importable); a small Pool works
+# within the sandbox's process bound (pids.max), as it does in the student's kernel.
+_MKDIR_PACKAGE = "!mkdir -p ppo_steps\n"
+_WRITE_PACKAGE_INIT = "%%writefile ppo_steps/__init__.py\ndef td_error(r, v, v_next, gamma):\n    return r + gamma * v_next - v\n"
+_BASH_HELPER = """%%bash
+cat > bash_helpers.py <<'PY'
+def td_error(r, v, v_next, gamma):
+    return r + gamma * v_next - v
+PY
+echo "wrote $(wc -l < bash_helpers.py) lines"
+"""
+_GAE_POOL = """import multiprocessing
+
+
+def _gae_row(row):
+    r, v, m, gamma, lam = row
+    adv, carry, v_next = [0.0] * len(r), 0.0, 0.0
+    for t in reversed(range(len(r))):
+        carry = m[t] * (r[t] + gamma * v_next - v[t] + gamma * lam * carry)
+        adv[t] = carry
+        v_next = m[t] * v[t]
+    return adv
+
+
+def gae(rewards, values, response_mask, gamma: float = 1.0, lam: float = 0.95):
+    validate_per_token(response_mask, rewards=rewards, values=values)
+    m = response_mask.to(torch.float64)
+    rows = [
+        (r, v, mm, float(gamma), float(lam))
+        for r, v, mm in zip(rewards.tolist(), values.tolist(), m.tolist())
+    ]
+    with multiprocessing.Pool(2) as pool:  # one sequence per task
+        per_row = pool.map(_gae_row, rows)
+    advantages = torch.tensor(per_row, dtype=rewards.dtype).reshape(rewards.shape)
+    return advantages, (advantages + values) * response_mask
+"""
+
+STYLES.update(
+    {
+        "!mkdir package, %%writefile, import": {
+            "cells": {"gae": "import ppo_steps\n\n\n" + _gae("ppo_steps.td_error")},
+            "added": [
+                ("shaped_rewards", _MKDIR_PACKAGE),
+                ("shaped_rewards", _WRITE_PACKAGE_INIT),
+            ],
+        },
+        "%%bash writes a helper module": {
+            "cells": {"gae": "from bash_helpers import td_error\n\n\n" + _gae("td_error")},
+            "added": [("shaped_rewards", _BASH_HELPER)],
+        },
+        "multiprocessing.Pool in an answer": {"cells": {"gae": _GAE_POOL}},
+    }
+)

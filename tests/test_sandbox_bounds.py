@@ -1,10 +1,14 @@
 """The sandbox bounded as a whole: seccomp filter, file descriptors, mount table, cgroup, deadlines.
 
-The seccomp program is tested directly: a small C probe (compiled here with gcc) loads it and tries
-one way of making a process each. Then real sandboxes: only the runner's pipes are open inside,
-the repository's path is nowhere in the mount table, memory held in tmpfs, /dev/shm or memfd
-counts against the sandbox's limit, threads are capped, a malformed reply frame written by code in
-the sandbox is "runner died" with everything killed, and the hard deadline holds.
+The seccomp program is tested directly, in both policies: a small C probe (compiled here with gcc)
+loads it and tries one way of making a process each (with a cgroup: allowed, bounded by pids.max;
+without one: refused; a foreign ABI kills the process either way). Then real sandboxes: only the
+runner's pipes are open inside, the repository's path is nowhere in the mount table, memory held in
+tmpfs, /dev/shm or memfd counts against the sandbox's limit, threads are capped, shell lines,
+``%%bash`` and a small ``multiprocessing.Pool`` run in the working folder while a fork bomb stops at
+pids.max and dies with the sandbox (without a cgroup: refused, with a message that says so), a
+malformed reply frame written by code in the sandbox is "runner died" with everything killed, and
+the hard deadline holds.
 """
 
 import json
@@ -37,16 +41,17 @@ def probe(tmp_path_factory):
     return exe
 
 
-def _try(probe, what, deny_memfd=False):
+def _try(probe, what, cgroup):
     p = subprocess.run(
         [str(probe), what],
-        input=sandbox.seccomp_program(deny_memfd),
+        input=sandbox.seccomp_program(cgroup=cgroup),
         capture_output=True,
         timeout=30,
     )
     return p.returncode, p.stdout.decode().strip()
 
 
+# Without a cgroup nothing would bound the processes' number, memory or CPUs: none may be made.
 EXPECT = {
     "thread": (0, "allowed"),
     "fork": (0, "refused 11"),  # EAGAIN
@@ -56,18 +61,33 @@ EXPECT = {
     "i386_fork": (-signal.SIGSYS, ""),  # int 0x80: a foreign ABI kills the process
     "x32_fork": (-signal.SIGSYS, ""),
 }
+# With a cgroup (pids.max, memory, cpu, all killed at close): processes as in a kernel (vfork too:
+# /bin/sh, dash, runs commands through it); clone3 still ENOSYS (its flags are out of the filter's
+# reach) and a foreign ABI still kills.
+EXPECT_WITH_CGROUP = {
+    **EXPECT,
+    "fork": (0, "allowed"),
+    "vfork": (0, "allowed"),
+    "clone": (0, "allowed"),
+}
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe is x86-64")
 @pytest.mark.parametrize("what", sorted(EXPECT))
 def test_seccomp_filter_allows_threads_and_refuses_every_new_process(probe, what):
-    assert _try(probe, what) == EXPECT[what]
+    assert _try(probe, what, cgroup=False) == EXPECT[what]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe is x86-64")
+@pytest.mark.parametrize("what", sorted(EXPECT_WITH_CGROUP))
+def test_seccomp_filter_with_a_cgroup_allows_processes_and_still_kills_foreign_abis(probe, what):
+    assert _try(probe, what, cgroup=True) == EXPECT_WITH_CGROUP[what]
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe is x86-64")
 def test_memfd_is_denied_where_no_cgroup_bounds_it(probe):
-    assert _try(probe, "memfd", deny_memfd=False) == (0, "allowed")
-    assert _try(probe, "memfd", deny_memfd=True) == (0, "refused 38")
+    assert _try(probe, "memfd", cgroup=True) == (0, "allowed")
+    assert _try(probe, "memfd", cgroup=False) == (0, "refused 38")
 
 
 def _runner(**kw):
@@ -162,6 +182,79 @@ def test_threads_are_capped_and_close_leaves_no_cgroup():
     finally:
         r.close()
     assert not any(d.exists() for d in dirs.values())
+
+
+def _exec(r, source, timeout=60):
+    reply, _ = r.request({"op": "exec", "cell": "t", "source": source}, timeout=timeout)
+    return reply
+
+
+@needs_sandbox
+@needs_cgroup
+def test_processes_run_in_the_working_folder_within_the_cgroup_and_die_with_it():
+    """``!mkdir`` + ``%%writefile`` + import, a ``%%bash`` helper, a small Pool, children's CPU charged;
+    a fork bomb stops at pids.max, and ``kill`` (what close and the watchdog call) leaves no process."""
+    r = _runner()
+    try:
+        assert _exec(r, "!mkdir pkg\n!echo 'X = 41' > pkg/values.py\n") == {"ok": True}
+        assert _exec(r, "%%writefile pkg/__init__.py\nfrom .values import X\n") == {"ok": True}
+        bash = "%%bash\nprintf 'def f(x):\\n    return x + 1\\n' > helper_b.py\n"
+        assert _exec(r, bash) == {"ok": True}
+        pool = (
+            "import multiprocessing, os\n\n\ndef sq(x):\n    return x * x\n\n\n"
+            "with multiprocessing.Pool(2) as p:\n    squares = p.map(sq, range(6))\n"
+        )
+        assert _exec(r, pool) == {"ok": True}
+        got = _run(
+            r,
+            "import pkg, helper_b\n\ndef probe():\n"
+            "    return [pkg.X, helper_b.f(1), sum(squares), pkg.__file__, os.getcwd()]\n",
+        )
+        assert got == [41, 2, 55, "/tmp/pkg/__init__.py", "/tmp"]
+        cpu0 = r.cgroup.cpu_seconds()
+        burn = "import subprocess, sys\nsubprocess.run([sys.executable, '-S', '-c', 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1: pass'])\n"
+        assert _exec(r, burn) == {"ok": True}
+        assert r.cgroup.cpu_seconds() - cpu0 >= 0.9  # a child's CPU time is the sandbox's
+        # a child that does not end (fork, or raw clone through ctypes) comes back to the runner: it
+        # never answers a request (the runner's pipe has one writer), so the next requests still work
+        stray = "import ctypes, os\nparent = os.getpid()\nos.fork()\nctypes.CDLL(None).syscall(56, 17, 0, 0, 0, 0)\n"
+        assert _exec(r, stray) == {"ok": True}
+        for _ in range(3):
+            assert _run(r, "def probe():\n    return os.getpid() == parent\n") is True
+        bomb = (
+            "import os, time\nkids = 0\ntry:\n    while kids < 1000:\n        if os.fork() == 0:\n"
+            "            time.sleep(60)\n            os._exit(0)\n        kids += 1\nexcept OSError:\n    pass\n"
+            "\ndef probe():\n    return kids\n"
+        )
+        kids = _run(r, bomb)
+        assert 0 < kids < DEFAULT_LIMITS.processes
+        pids = r.cgroup.pids()
+        assert len(pids) > kids
+        r.kill()
+        assert not r.cgroup.pids()
+        assert not [p for p in pids if sandbox.running(p)]
+    finally:
+        r.close()
+
+
+@needs_sandbox
+def test_without_a_cgroup_no_process_starts_and_the_error_says_why(monkeypatch):
+    monkeypatch.setenv("MLBOOK_NO_CGROUP", "1")
+    sandbox.cgroups_available.cache_clear()
+    try:
+        r = _runner()
+    finally:
+        sandbox.cgroups_available.cache_clear()
+    try:
+        assert r.cgroup is None
+        assert _exec(r, "!mkdir pkg\nimport os\nmade = os.path.isdir('pkg')\n") == {"ok": True}
+        reply = _exec(r, "import multiprocessing\nmultiprocessing.Pool(2)\n")
+        assert not reply["ok"] and reply["error"].startswith("BlockingIOError"), reply
+        assert "refuses new processes" in reply["error"] and "multiprocessing" in reply["error"]
+        assert _run(r, "def probe():\n    return made\n") is False
+    finally:
+        r.close()
+    assert "!mkdir pkg: not run while grading" in r.output()
 
 
 MALFORMED_FROM_INSIDE = {

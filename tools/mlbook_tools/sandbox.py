@@ -12,13 +12,19 @@ Bounds, on the sandbox as a whole:
   runner's two pipes and the seccomp program (read and closed by bubblewrap);
 - a cgroup per sandbox (cgroup v1 memory, pids, cpu, created under this process's own cgroups):
   memory including tmpfs, /dev/shm and memfd pages (``memory.limit_in_bytes`` counts shmem, swap
-  capped too), a process/thread count, one CPU's worth of time; ``close`` kills every process in it.
-  Where no cgroup can be made, what it would bound is denied instead: ``memfd_create`` fails;
-  /tmp and /dev/shm stay size-capped tmpfs either way;
-- a seccomp filter built with libseccomp (``pyseccomp``): default allow, but no new process
-  (fork, vfork, clone without CLONE_THREAD fail with EAGAIN; clone3 says ENOSYS so glibc falls back
-  to clone for threads), and every syscall of a foreign ABI (i386 ``int 0x80``, x32) kills the
-  process (libseccomp's bad-architecture action);
+  capped too), a process/thread count (``pids.max``), one CPU's worth of time, the CPU charge
+  (``cpuacct``) of every process in it, children included; ``close`` and the watchdog drop
+  ``pids.max`` to 0 and kill every process in it. Where no cgroup can be made, what it would bound
+  is denied instead: ``memfd_create`` fails and no new process can be made; /tmp and /dev/shm stay
+  size-capped tmpfs either way;
+- a seccomp filter built with libseccomp (``pyseccomp``): default allow; every syscall of a foreign
+  ABI (i386 ``int 0x80``, x32) kills the process (libseccomp's bad-architecture action); clone3 says
+  ENOSYS (its flags are out of the filter's reach; glibc falls back to clone). With a cgroup, new
+  processes are allowed (``!`` lines, ``%%bash``, ``multiprocessing``, as in a kernel) within
+  ``pids.max``; they inherit the filter, the namespaces, ``no_new_privs`` and the rlimits, and can
+  exec only what the sandbox's mounts hold, so a program run there can do nothing the student's
+  Python (ctypes) could not. Without a cgroup: no new process (fork, vfork, clone without
+  CLONE_THREAD fail with EAGAIN);
 - its own PID, network, IPC, UTS namespaces, no capabilities, uid 65534; rlimits on address space,
   CPU time, file size and core dumps that the runner lowers on itself before the first request.
 stdout/stderr are drained and capped by the driver.
@@ -113,20 +119,25 @@ CLONE_THREAD = 0x00010000
 
 
 @functools.cache
-def seccomp_program(deny_memfd: bool = False) -> bytes:
-    """The filter as BPF bytes for bwrap's ``--seccomp`` (see the module docstring for what it does)."""
+def seccomp_program(cgroup: bool = True) -> bytes:
+    """The filter as BPF bytes for bwrap's ``--seccomp`` (see the module docstring for what it does).
+
+    ``cgroup``: the sandbox has a cgroup of its own, which bounds every process in it (pids.max,
+    memory, CPU) and kills them all at close: new processes and memfd are allowed. Without one,
+    both are refused (nothing would bound the processes' number, memory or CPUs)."""
     import tempfile
 
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    for name in ("fork", "vfork"):
-        f.add_rule(sc.ERRNO(errno.EAGAIN), name)
-    f.add_rule(sc.ERRNO(errno.EAGAIN), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
-    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    if deny_memfd:
+    if not cgroup:
+        for name in ("fork", "vfork"):  # vfork: /bin/sh (dash) runs every command through it
+            f.add_rule(sc.ERRNO(errno.EAGAIN), name)
+        f.add_rule(sc.ERRNO(errno.EAGAIN), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "memfd_create")
+    # clone3's flags are in memory seccomp cannot read: ENOSYS, so glibc falls back to clone
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as out:
         f.export_bpf(out)
         out.seek(0)
@@ -208,7 +219,16 @@ class Cgroup:
             return False
 
     def kill(self):
-        """SIGKILL every process in the group until it is empty (nothing can fork in, but a retry costs nothing)."""
+        """SIGKILL every process in the group until it is empty. ``pids.max`` drops to 0 first: no process
+        in the group can make another meanwhile, so a fork bomb cannot outrun the loop. Returns once
+        every process it killed has finished exiting (gone, or a zombie), or after 2 s: a dying process
+        leaves the group's listing before the kernel has let go of its memory."""
+        if "pids" in self.dirs:
+            try:
+                self._write("pids", "pids.max", "0")
+            except OSError:
+                pass
+        killed = set()
         for _ in range(200):
             pids = self.pids()
             if not pids:
@@ -218,7 +238,12 @@ class Cgroup:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            killed |= pids
             time.sleep(0.005)
+        for _ in range(200):
+            if not any(map(running, killed)):
+                break
+            time.sleep(0.01)
 
     def remove(self):
         self.kill()
@@ -232,6 +257,15 @@ class Cgroup:
                 except OSError:  # still emptying
                     time.sleep(0.01)
         self.dirs = {}
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not finished exiting (a zombie has: it only waits to be reaped)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
 @functools.cache
@@ -502,7 +536,12 @@ class Runner:
             if trusted:
                 roots, _, _ = _import_roots()
                 paths = sorted({str(r.parent) for r in roots})
-                config = {"fds": [req_r, rep_w], "paths": paths, "limits": limits.rlimits()}
+                config = {
+                    "fds": [req_r, rep_w],
+                    "paths": paths,
+                    "limits": limits.rlimits(),
+                    "processes": True,
+                }
                 cmd = [python_binary(), "-S", "-E", "-u", str(RUNNER), json.dumps(config)]
                 env = {
                     "PATH": "/usr/bin:/bin",
@@ -516,7 +555,7 @@ class Runner:
                 self.workdir = tempfile.mkdtemp(prefix="mlbook-trusted-")
             else:
                 no_cgroup = cgroups_available()
-                program = seccomp_program(deny_memfd=no_cgroup is not None)
+                program = seccomp_program(cgroup=no_cgroup is None)
                 seccomp_r, seccomp_w = os.pipe()
                 os.write(seccomp_w, program)
                 os.close(seccomp_w)
@@ -525,6 +564,7 @@ class Runner:
                     "fds": [req_r, rep_w],
                     "paths": ["/sandbox/site"],
                     "limits": limits.rlimits(),
+                    "processes": no_cgroup is None,
                 }
                 inner = [
                     python_binary(),

@@ -9,9 +9,11 @@ through IPython, as Jupyter does (magics, ``__future__``, ``display``, linecache
 its first output (summed) with respect to every input tensor that requires grad, and the names of
 the arguments the call changed in place (the driver never copies anything back: it fails the test).
 
-As in a Jupyter kernel, the working folder (the sandbox's /tmp) is on ``sys.path`` (``%%writefile
-helpers.py`` then ``import helpers``), and ``torch.compile`` falls back to eager execution where its
-compiler cannot start (no process may be started here): a correct compiled function keeps its points.
+As in a Jupyter kernel, the working folder (the sandbox's /tmp) is on ``sys.path`` and is where ``!``
+lines and ``%%bash`` cells run (``!mkdir pkg``, ``%%writefile pkg/__init__.py``, then ``import pkg``),
+and ``torch.compile`` runs eagerly (its C++ compiler would spend the budget): a correct compiled
+function keeps its points. ``"processes": false`` in the config says the sandbox refuses new
+processes (no cgroup bounds them): an error that comes of it says so.
 """
 
 import functools
@@ -36,6 +38,11 @@ def _lower_limits(limits):
 
 
 _SHELL = []  # the IPython shell, started by the first cell (import costs ~0.2 s)
+_NO_PROCESSES = (
+    " (the grader's sandbox refuses new processes on this machine: shell commands,"
+    " subprocess and multiprocessing cannot run while grading)"
+)
+_CONFIG = {"processes": True}
 
 
 def _shell(namespace):
@@ -43,8 +50,8 @@ def _shell(namespace):
 
     Magics, ``!`` lines, ``display``, ``__future__`` imports, and every cell's source in ``linecache``
     (``inspect.getsource`` and ``torch.jit.script`` work). No history database, no colours. A shell
-    escape runs here, in the sandbox, where starting a process fails: it prints why and returns 127,
-    so the rest of the cell still runs (as on a machine without that program), never a SyntaxError.
+    escape runs here, in the sandbox's working folder; where starting a process fails, it prints why
+    and returns 127, so the rest of the cell still runs (as on a machine without that program).
     ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so the notebook's own
     ``AUTOGRADING`` flag holds.
     """
@@ -111,8 +118,9 @@ def run_cell(namespace, cell, source, error_text):
 def main(req_fd, rep_fd):
     import inspect
 
-    # torch.compile: inductor's C++ compiler is a new process, which the sandbox refuses. Dynamo still
-    # traces (a graph break under fullgraph=True fails as in a kernel), the graph then runs eagerly;
+    # torch.compile: inductor's C++ compiler is a new process (refused without a cgroup) and seconds of
+    # compiling per graph (a correct answer's budget). Dynamo still traces (a graph break under
+    # fullgraph=True fails as in a kernel), the graph then runs eagerly;
     # any other compiler failure falls back to eager execution (suppress_errors), never to an error.
     os.environ["TORCHDYNAMO_SUPPRESS_ERRORS"] = "1"
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
@@ -151,6 +159,8 @@ def main(req_fd, rep_fd):
             "",
         )
         text = f"{type(err).__name__}: {err}"[:2000]
+        if isinstance(err, BlockingIOError) and not _CONFIG["processes"]:
+            text += _NO_PROCESSES
         return text + (f" ({where})" if where else "")
 
     def arg_names(fn, args, kwargs):
@@ -214,6 +224,7 @@ def main(req_fd, rep_fd):
             "attrs": attrs,
         }
 
+    me = os.getpid()
     while True:
         try:
             req, blobs = protocol.read_frame(req_fd)
@@ -247,6 +258,8 @@ def main(req_fd, rep_fd):
         except BaseException as err:  # noqa: BLE001 - every failure of student code is a reply
             out = []
             reply = {"ok": False, "error": error_text(err)}
+        if os.getpid() != me:  # a child the student's code forked (and did not end) came back here:
+            os._exit(0)  # only the runner itself answers, or two processes would share one pipe
         try:
             protocol.write_frame(rep_fd, reply, out)
         except Exception as err:  # noqa: BLE001 - an unencodable result is the student's problem
@@ -259,6 +272,7 @@ def main(req_fd, rep_fd):
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     _lower_limits(config.get("limits", {}))
+    _CONFIG["processes"] = bool(config.get("processes", True))
     sys.path[:0] = [
         "",
         *config.get("paths", []),

@@ -150,7 +150,7 @@ class BoundedNotebookExporter(NotebookExporter):
         sanitizing = getattr(self.parent, "_sanitizing", True)
         try:
             driver._check_raw(text, max(size, len(text)), limits)
-            driver.check_bounds(text, limits)
+            text = driver.check_bounds(text, limits)  # stored parts past a bound left out
         except driver.TooLarge as err:
             return self.from_notebook_node(
                 self._stub(resources, str(err)), resources=resources, **kw

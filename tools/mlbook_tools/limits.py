@@ -87,7 +87,8 @@ class GradingLimits:
     attempts: int = 2
     """gradings of one submission before it is reported UNGRADED"""
     worker_slack_seconds: float = 90.0
-    """wall seconds a worker may take beyond a submission's backstop (start-up, notebook writing)"""
+    """wall seconds a fresh worker may take to start (import torch, load the course) before it takes
+    a submission; from then on the submission's backstop + ``grace_seconds`` holds, writing included"""
 
     # ------------------------------------------------------------------ building one
     @classmethod

@@ -202,16 +202,16 @@ def _keep(layout: _Layout, parts: list[_Part], values: int, limits: GradingLimit
         part.values = layout.count(part.start, part.end)
         part.depth = int(depth[part.start : part.end].max(initial=0))
         stored[part.start : part.end] = True
+    core_depth = int(depth[layout.opens & ~stored].max(initial=0))
+    if core_depth > limits.max_json_depth:
+        raise TooLarge(
+            f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
+        )
     core_values = values - sum(p.values for p in parts)
     if core_values > limits.max_json_values:
         raise TooLarge(
             f"too large: {core_values} JSON values outside stored outputs and metadata "
             f"(limit {limits.max_json_values}); nothing was run"
-        )
-    core_depth = int(depth[layout.opens & ~stored].max(initial=0))
-    if core_depth > limits.max_json_depth:
-        raise TooLarge(
-            f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
         )
     left_values, left_bytes = limits.max_json_values - core_values, limits.max_output_bytes
     pieces, at, notes, kept_values = [], 0, [], core_values

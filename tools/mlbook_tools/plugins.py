@@ -132,7 +132,8 @@ REFUSED = (
 
 class BoundedNotebookExporter(NotebookExporter):
     """``nbgrader autograde``'s reader (``c.Autograde.exporter_class``): a submission is bounded before it
-    is parsed (``driver.read_submission``/``check_bounds``: size, cells, outputs, nesting). One past a bound
+    is parsed (``driver.read_submission``/``check_bounds``: size, cells, sources, JSON values and nesting;
+    stored outputs and metadata past a bound are left out of the text it reads). One past a bound
     becomes the course's release notebook marked ``mlbook.refused``, which ``SandboxedExecute`` grades
     as 0 with the "too large: ..." line as its grading note: recorded for that student only, in a second."""
 

@@ -80,13 +80,15 @@ class _Layout:
         plain = raw.replace(b"\\\\", b"__").replace(b'\\"', b"__")
         self.plain = plain
         a = np.frombuffer(plain, dtype=np.uint8)
-        outside = ~np.logical_xor.accumulate(a == 34)
+        outside = np.bitwise_xor.accumulate((a == 34).view(np.uint8)) == 0
         self.opens = ((a == 123) | (a == 91)) & outside
         closes = ((a == 125) | (a == 93)) & outside
         self.commas = (a == 44) & outside
         self.colons = (a == 58) & outside
         self.closes = closes
-        self.depth = np.cumsum(self.opens.view(np.int8) - closes.view(np.int8), dtype=np.int32)
+        self.depth = self.opens.astype(np.int32)  # after each byte: containers open (in place)
+        self.depth -= closes
+        np.cumsum(self.depth, out=self.depth)
 
     def count(self, start: int, end: int) -> int:
         """JSON values in raw[start:end] (its containers and its commas)."""

@@ -150,6 +150,13 @@ def test_the_notebooks_own_metadata_is_left_out_past_a_bound():
             "nested more than 64",
         ),
         ("unbalanced", '{"cells": [', driver.CannotGrade, "brackets do not balance"),
+        (
+            "not a list",
+            '{"cells": 5, "metadata": [], "nbformat": 4}',
+            driver.CannotGrade,
+            "not a readable notebook",
+        ),
+        ("not an object", "[1, 2]", driver.CannotGrade, "not a readable notebook"),
         ("empty", "  ", driver.CannotGrade, "it is empty"),
         (
             "keys",
@@ -175,7 +182,7 @@ def test_what_is_graded_past_a_bound_is_refused_in_one_line(what, text, error, l
     limits = DEFAULT.replace(max_json_values=1000)
     t0 = time.monotonic()
     with pytest.raises(error) as err:
-        driver.bounded(text, limits)
+        driver.parse_submission(text, limits)
     assert time.monotonic() - t0 < 2, what
     assert line in str(err.value) and "\n" not in str(err.value), (what, str(err.value))
 

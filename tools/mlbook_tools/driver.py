@@ -129,7 +129,8 @@ def bounded(text: str | bytes, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
     _check_parsed(data, limits)
-    for cell in data.get("cells", []) if isinstance(data, dict) else []:
+    cells = data.get("cells") if isinstance(data, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
         if isinstance(cell, dict) and isinstance(cell.get("metadata"), dict):
             entry = cell["metadata"].get("nbgrader")
             cell["metadata"] = {"nbgrader": entry} if entry is not None else {}

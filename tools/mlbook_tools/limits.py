@@ -60,7 +60,7 @@ class GradingLimits:
     """every cell's source together (code is sent to the sandbox and run)"""
     max_json_depth: int = 64
     """nesting of the notebook's JSON (a stored part nested deeper is left out)"""
-    max_json_values: int = 1_000_000
+    max_json_values: int = 200_000
     """JSON values of the notebook, counted before parsing as its ``{``, ``[`` and ``,`` outside
     strings (objects to parse and copy: 18 MB of ``{}`` are six million); stored parts past it are
     left out, the rest past it refused"""

@@ -8,8 +8,9 @@ dicts ``{}`` in one cell's metadata are six million Python objects, parsed, copi
   nesting depth after every byte (``{``/``[`` outside strings open, ``}``/``]`` close);
 * the JSON values of the file, counted as its ``{``, ``[`` and ``,`` outside strings (every value is
   one of these or the first item of a container);
-* the top-level keys (``nbformat`` must be 4) and, in the ``cells`` list, each cell's keys with the
-  byte span of their values.
+* the top-level keys and, in the ``cells`` list, each cell's keys with the byte span of their
+  values. ``nbformat`` must be 4: an nbformat 3 notebook (``worksheets``, code in ``input``) is
+  refused with one line saying how to convert it (JupyterLab saves nbformat 4), never converted here.
 
 What a notebook stores beside its code (each cell's ``outputs``, ``attachments`` and ``metadata``,
 and the notebook's ``metadata``) is never graded: the grader re-executes the code. Such a part is
@@ -35,9 +36,8 @@ from mlbook_tools.limits import GradingLimits
 STORED = {"outputs": b"[]", "attachments": b"{}", "metadata": b"{}"}  # kind -> its empty value
 MAX_KEYS_PER_CELL = 16  # nbformat 4 cells have at most 7 keys; far more is not a notebook
 MAX_TOP_KEYS = 64  # a notebook has 4 top-level keys
-NBGRADER_BYTES = (
-    4096  # a cell's nbgrader metadata kept from a stripped metadata (the course's: ~150)
-)
+# a cell's nbgrader metadata kept from a stripped metadata (the course's: ~150 bytes)
+NBGRADER_BYTES = 4096
 V3 = "nbformat {version} notebook: open and save it in JupyterLab to convert it"
 _NBGRADER = re.compile(rb'"nbgrader"\s*:')
 

@@ -148,11 +148,13 @@ def _nbgrader(layout: _Layout, part: _Part) -> bytes | None:
 def scan(raw: bytes, limits: GradingLimits = DEFAULT_LIMITS) -> Scanned:
     """``raw`` bounded before parsing: the text to parse, or TooLarge / CannotGrade (see the module)."""
     if not raw.strip():
-        raise CannotGrade("the file is not a readable notebook (it is empty)")
+        raise CannotGrade("the file is not a readable notebook (JSONDecodeError: it is empty)")
     layout = _Layout(raw)
     depth = layout.depth
     if int(depth[-1]) != 0 or int(depth.min()) < 0:
-        raise CannotGrade("the file is not a readable notebook (its brackets do not balance)")
+        raise CannotGrade(
+            "the file is not a readable notebook (JSONDecodeError: its brackets do not balance)"
+        )
     values = layout.count(0, len(raw))
     n_top = int(np.count_nonzero(layout.colons & (depth == 1)))
     if n_top > MAX_TOP_KEYS:

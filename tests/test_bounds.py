@@ -1,10 +1,12 @@
 """Every input the trusted side reads is bounded before it is parsed, and every grade ends at its wall clock.
 
-A submission past a bound (file size, cells, stored outputs, cell sources, JSON nesting) is refused with
-one "too large: ..." line within a second or two, recorded as that student's grade, in all three entry
-points: ``mlbook grade``, ``mlbook grade-class`` and ``nbgrader autograde`` (formgrader's Autograde
-button). A grade never runs past its wall-clock backstop (wall_factor x the budget, counted from
-reading the file) + 5 s, in the same three.
+A submission past a bound on what is graded (file size, cells, cell sources, JSON values and nesting)
+is refused with one "too large: ..." line within a second or two, recorded as that student's grade,
+in all three entry points: ``mlbook grade``, ``mlbook grade-class`` and ``nbgrader autograde``
+(formgrader's Autograde button). What a notebook stores beside its code (outputs, attachments,
+metadata) past a bound is left out with a note, and the code graded. A grade never runs past its
+wall-clock backstop (wall_factor x the budget, counted from reading the file) + 5 s, in the same three.
+(The scan itself on crafted bytes: tests/test_submission_bounds.py.)
 """
 
 import contextlib
@@ -102,9 +104,9 @@ def test_a_huge_file_is_refused_without_being_parsed(huge):
             "2001 cells",
         ),
         (
-            "outputs",
-            {"cells": [{"cell_type": "code", "outputs": [{"text": "x" * (17 * 1024**2)}]}]},
-            "stored outputs",
+            "values",
+            {"cells": [{"cell_type": "code", "source": [""] * 200_001}]},
+            "JSON values outside stored outputs and metadata (limit 200000)",
         ),
         (
             "sources",
@@ -113,12 +115,12 @@ def test_a_huge_file_is_refused_without_being_parsed(huge):
         ),
         (
             "nesting",
-            {"cells": [], "metadata": json.loads("[" * 80 + "]" * 80)},
+            {"cells": [{"cell_type": "code", "source": json.loads("[" * 80 + "]" * 80)}]},
             "nested more than 64",
         ),
         (
             "deep nesting",
-            '{"cells": [], "metadata": ' + "[" * 200_000 + "]" * 200_000 + "}",
+            '{"cells": [], "extra": ' + "[" * 200_000 + "]" * 200_000 + "}",
             "nested more than",
         ),
     ],
@@ -130,6 +132,34 @@ def test_each_bound_is_one_clear_line(what, notebook, line):
         driver.check_bounds(text)
     assert line in str(err.value), what
     assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize(
+    "what, notebook, expected",
+    [
+        (
+            "outputs",
+            {"cells": [{"cell_type": "code", "outputs": [{"text": "x" * (17 * 1024**2)}]}]},
+            {"cells": [{"cell_type": "code", "outputs": []}]},
+        ),
+        (
+            "nesting",
+            {"cells": [], "metadata": json.loads("[" * 80 + "]" * 80)},
+            {"cells": [], "metadata": {}},
+        ),
+        (
+            "deep nesting",
+            '{"cells": [], "metadata": ' + "[" * 200_000 + "]" * 200_000 + "}",
+            {"cells": [], "metadata": {}},
+        ),
+    ],
+)
+def test_what_is_stored_beside_the_code_is_left_out_not_refused(what, notebook, expected):
+    text = notebook if isinstance(notebook, str) else json.dumps(notebook)
+    t0 = time.monotonic()
+    kept = json.loads(driver.check_bounds(text))
+    assert time.monotonic() - t0 < 2, what
+    assert kept == expected, what
 
 
 def test_ordinary_notebooks_are_within_every_bound():
@@ -216,6 +246,68 @@ def test_a_student_cannot_write_the_refusal_mark(tmp_path):
     nbformat.write(nb, path)
     text, _ = plugins.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
     assert plugins.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
+
+
+# ------------------------------------------------------------------------------ stored beside the code
+
+
+def _plots_and_deep_metadata() -> str:
+    """The solved notebook as a plotting-heavy, Colab-saved one: ~18 MB of stored images (past the
+    16 MB kept), its gae answer's metadata 100 levels deep beside its nbgrader entry."""
+    nb = nbformat.read(SOLVED, as_version=4)
+    image = "iVBORw0KGgo" + "A" * (2_000_000 - 11)  # base64 text: what a figure stores
+    answers = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+    ]
+    for cell in answers[:6]:
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": image})]
+    for cell in answers:
+        if cell.metadata["nbgrader"]["grade_id"] == "gae":
+            cell.metadata["colab"] = json.loads("[" * 100 + "]" * 100)
+    nb.cells.append(nbformat.v4.new_code_cell("figure = 1\n"))
+    nb.cells[-1].outputs = [nbformat.v4.new_output("display_data", data={"image/png": image})] * 3
+    return nbformat.writes(nb)
+
+
+@needs_sandbox
+def test_a_correct_notebook_with_20_mb_of_plots_and_deep_metadata_earns_its_points(tmp_path):
+    path = tmp_path / "plots.ipynb"
+    path.write_text(_plots_and_deep_metadata())
+    assert 16 * 1024**2 < path.stat().st_size < DEFAULT_LIMITS.max_notebook_bytes
+    result = grading.grade_notebook(path, NB)
+    assert result.error is None and result.core.score == result.core.max_score == 10, (
+        result.problems
+    )
+    notes = [p for p in result.problems if "left out" in p]
+    assert any("stored metadata" in p and "levels deep" in p for p in notes), notes
+    assert any("stored outputs" in p for p in notes), notes
+
+
+def _bomb() -> str:
+    """The issue's bomb: the solved notebook with 18 MB of empty dicts in an added cell's metadata."""
+    nb = json.loads(SOLVED.read_text())
+    nb["cells"].insert(3, nbformat.v4.new_code_cell("y = 1\n", metadata={"x": "PLACE"}))
+    return json.dumps(nb).replace('"PLACE"', "[" + "{}," * (6 * 1024**2 - 1) + "{}]")
+
+
+@needs_sandbox
+def test_the_empty_dict_bomb_is_graded_within_its_backstop_in_a_class_run(tmp_path):
+    """Was ~150 s of parsing and copying in a grade-class worker against a 65 s backstop (budget 20)."""
+    course = _course(tmp_path / "course", {"bomb": _bomb()})
+    budget = 20.0
+    t0 = time.monotonic()
+    results = grade_class(course, NB, workers=1, progress=False, out=io.StringIO(), budget=budget)
+    took = time.monotonic() - t0
+    bomb = results["bomb"]
+    assert not bomb.get("ungraded"), bomb
+    assert bomb["seconds"] <= budget * DEFAULT_LIMITS.wall_factor + 5, bomb["seconds"]
+    assert bomb["score"] == bomb["max_score"] == 10, bomb
+    assert any("stored metadata (18.0 MB" in p for p in bomb["problems"]), bomb["problems"]
+    autograded = course / "autograded" / "bomb" / NB / f"{NB}.ipynb"
+    assert autograded.stat().st_size < 2 * 1024**2
+    print(f"bomb graded in {bomb['seconds']} s (class run {took:.1f} s)")
 
 
 # ------------------------------------------------------------------------------ the wall-clock backstop

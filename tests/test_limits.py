@@ -65,3 +65,17 @@ def test_the_repo_course_config_loads_with_the_defaults():
     from mlbook_tools.config import layout
 
     assert course_limits(layout().course) == DEFAULT
+
+
+def test_the_json_value_count_is_a_whole_positive_limit_the_scan_obeys():
+    from mlbook_tools import bounds
+
+    got = DEFAULT.with_options(["max_json_values=2e5"])
+    assert got.max_json_values == 200_000 and isinstance(got.max_json_values, int)
+    for bad in ("1.5", "0", "-3"):
+        with pytest.raises(UnknownLimit, match="max_json_values"):
+            DEFAULT.with_options([f"max_json_values={bad}"])
+    text = b'{"cells": [{"cell_type": "code", "source": ["a", "b", "c"]}], "nbformat": 4}'
+    bounds.scan(text, DEFAULT.replace(max_json_values=8))  # { [ { [ and four commas
+    with pytest.raises(bounds.TooLarge, match=r"8 JSON values .*\(limit 7\)"):
+        bounds.scan(text, DEFAULT.replace(max_json_values=7))

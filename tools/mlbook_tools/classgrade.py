@@ -9,10 +9,13 @@ The workers are plain subprocesses (``python -m mlbook_tools.classgrade --worker
 JSON object per line on their stdin/stdout: nothing is pickled, and the sandboxes they start
 inherit no descriptor but their runner's pipes (``sandbox.Runner`` closes every other one), so no
 student code can reach a worker's or the parent's channel. One thread in the parent drives each
-worker. A worker that dies, hangs past the submission's budget or reports an internal error
-(a sandbox that cannot start, an engine bug) costs nothing: it is replaced and the submission is
-graded again; one that still cannot be graded is reported UNGRADED, never recorded as a grade and
-never cached. The state lives in ``<course>/.mlbook_grading/`` (outside ``source/``, never released).
+worker. A worker that dies or reports an internal error (a sandbox that cannot start, an engine
+bug) costs nothing: it is replaced and the submission is graded again; one that still cannot be
+graded is reported UNGRADED, never recorded as a grade and never cached. The backstop holds for the
+whole grading, the trusted side's reading, parsing and notebook writing too: a worker says
+"started" when it takes a submission; one that has not answered by the submission's wall-clock
+backstop (``wall_factor`` x the budget) + ``grace_seconds`` after that is killed and the submission
+reported UNGRADED at once (a second try would only take as long again). The state lives in ``<course>/.mlbook_grading/`` (outside ``source/``, never released).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from mlbook_tools.result import BadResult, GradingResult, is_extra
 
 # ------------------------------------------------------------------------------ the worker process
 
+STARTED = json.dumps({"status": "started"})  # a worker took a submission
+WORKER = [sys.executable, "-m", "mlbook_tools.classgrade", "--worker"]
+
 
 def worker_main() -> None:
     """Read {"init": ...} then {"student", "path"} lines on stdin; write one JSON line per submission."""
@@ -50,6 +56,8 @@ def worker_main() -> None:
     )
     for line in sys.stdin:
         job = json.loads(line)
+        channel.write(STARTED + "\n")  # the parent's backstop counts from here
+        channel.flush()
         reply = _grade_one(job["student"], job["path"], source_nb, checks, secret, init)
         channel.write(json.dumps(reply, default=str) + "\n")
         channel.flush()
@@ -93,7 +101,7 @@ class _Worker:
 
     def __init__(self, init: dict):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlbook_tools.classgrade", "--worker"],
+            WORKER,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -111,19 +119,29 @@ class _Worker:
             self.lines.put(line)
         self.lines.put(None)
 
-    def grade(self, student: str, path: str, timeout: float) -> dict:
-        """The worker's reply, or {"status": "internal"} when it died, hung or wrote nonsense."""
+    def grade(self, student: str, path: str, start: float, backstop: float) -> dict:
+        """The worker's reply; {"status": "internal"} when it died, did not take the submission within
+        ``start`` seconds or wrote nonsense; {"status": "backstop"} when it did not answer within
+        ``backstop`` seconds of taking it."""
         try:
             self.proc.stdin.write(json.dumps({"student": student, "path": path}) + "\n")
             self.proc.stdin.flush()
-            line = self.lines.get(timeout=timeout)
+            line = self.lines.get(timeout=start)
         except queue.Empty:
             return {
                 "status": "internal",
-                "why": f"the grading worker did not answer within {timeout:.0f} s",
+                "why": f"the grading worker did not start within {start:.0f} s",
             }
         except OSError:
             line = None
+        if line is not None and line.strip() == STARTED:
+            try:
+                line = self.lines.get(timeout=backstop)
+            except queue.Empty:
+                return {
+                    "status": "backstop",
+                    "why": f"its grading did not end by its wall-clock backstop + grace ({backstop:g} s) and was stopped",
+                }
         if line is None:
             try:
                 self.proc.wait(timeout=10)
@@ -165,8 +183,11 @@ class _Worker:
         self.proc.wait()
 
 
-def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, attempts: int):
-    """One parent thread: take jobs, grade them on its worker, retry what was not a grade."""
+def _drive(
+    init: dict, jobs: queue.Queue, done: queue.Queue, start: float, backstop: float, attempts: int
+):
+    """One parent thread: take jobs, grade them on its worker, retry what was not a grade (but a
+    grading stopped at its backstop: a second try would take as long again)."""
     worker = None
     try:
         while True:
@@ -176,7 +197,7 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, att
                 return
             if worker is None or not worker.alive():
                 worker = _Worker(init)
-            reply = worker.grade(student, path, timeout)
+            reply = worker.grade(student, path, start, backstop)
             if reply["status"] == "graded":
                 try:  # plain JSON from the worker, checked (types, totals) before anything is recorded
                     result = GradingResult.from_dict(reply["result"])
@@ -190,10 +211,11 @@ def _drive(init: dict, jobs: queue.Queue, done: queue.Queue, timeout: float, att
                     continue
             worker.kill()  # a fresh worker for the retry (and for whatever comes next)
             worker = None
-            if attempt + 1 < attempts:
+            if attempt + 1 < attempts and reply["status"] != "backstop":
                 jobs.put((student, path, fp, attempt + 1))
             else:
-                why = f"UNGRADED after {attempts} attempts: {reply['why']}"
+                tries = attempt + 1
+                why = f"UNGRADED after {tries} attempt{'s' * (tries > 1)}: {reply['why']}"
                 done.put(
                     (
                         student,
@@ -302,18 +324,15 @@ def grade_class(
         "trusted": trusted,
         "limits": limits.to_dict(),
     }
-    timeout = (
-        limits.budget_seconds * limits.wall_factor
-        + limits.grace_seconds
-        + limits.worker_slack_seconds
-    )
+    start = limits.worker_slack_seconds  # a fresh worker: import torch, load the course
+    backstop = limits.budget_seconds * limits.wall_factor + limits.grace_seconds
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for student, path, fp in jobs:
         todo.put((student, path, fp, 0))
     threads = [
         threading.Thread(
-            target=_drive, args=(init, todo, done, timeout, limits.attempts), daemon=True
+            target=_drive, args=(init, todo, done, start, backstop, limits.attempts), daemon=True
         )
         for _ in range(min(workers, max(len(jobs), 1)))
     ]

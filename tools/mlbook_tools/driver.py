@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import nbformat
 import torch
 
+from mlbook_tools.bounds import V3, OldFormat, scan
 from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, SandboxUnavailable: driver's API
     BudgetExceeded,
     CallTimeout,
@@ -89,36 +90,19 @@ def _check_raw(raw: bytes | str, size: int, limits: GradingLimits = DEFAULT_LIMI
 
 
 def _check_parsed(data, limits: GradingLimits = DEFAULT_LIMITS) -> None:
-    """Nesting, exact cell count, output and source bytes of the parsed JSON: TooLarge past a bound."""
-    stack, outputs, sources = [(data, 0, False)], 0, 0
-    while stack:
-        x, depth, in_output = stack.pop()
-        if depth > limits.max_json_depth:
-            raise TooLarge(
-                f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
-            )
-        if isinstance(x, dict):
-            stack += [(v, depth + 1, in_output or k == "outputs") for k, v in x.items()]
-        elif isinstance(x, list):
-            stack += [(v, depth + 1, in_output) for v in x]
-        elif isinstance(x, str) and in_output:
-            outputs += len(x)
+    """Exact cell count and source bytes of the parsed JSON (``bounds.scan`` bounded the rest)."""
     cells = data.get("cells") if isinstance(data, dict) else None
-    if isinstance(cells, list):
-        if len(cells) > limits.max_cells:
-            raise TooLarge(
-                f"too large: {len(cells)} cells (limit {limits.max_cells}); nothing was run"
-            )
-        for cell in cells:
-            src = cell.get("source", "") if isinstance(cell, dict) else ""
-            sources += (
-                sum(len(s) for s in src if isinstance(s, str))
-                if isinstance(src, list)
-                else len(str(src))
-            )
-    if outputs > limits.max_output_bytes:
-        raise TooLarge(
-            f"too large: {_mb(outputs)} of stored outputs (limit {_mb(limits.max_output_bytes)}); nothing was run"
+    if not isinstance(cells, list):
+        return
+    if len(cells) > limits.max_cells:
+        raise TooLarge(f"too large: {len(cells)} cells (limit {limits.max_cells}); nothing was run")
+    sources = 0
+    for cell in cells:
+        src = cell.get("source", "") if isinstance(cell, dict) else ""
+        sources += (
+            sum(len(s) for s in src if isinstance(s, str))
+            if isinstance(src, list)
+            else len(str(src))
         )
     if sources > limits.max_source_bytes:
         raise TooLarge(
@@ -126,11 +110,16 @@ def _check_parsed(data, limits: GradingLimits = DEFAULT_LIMITS) -> None:
         )
 
 
-def check_bounds(text: str, limits: GradingLimits = DEFAULT_LIMITS) -> None:
-    """Every size bound of ``limits`` (max_*) of a submission's text, the cheap ones before any parsing (TooLarge, CannotGrade)."""
+def bounded(text: str | bytes, limits: GradingLimits = DEFAULT_LIMITS) -> tuple[dict, list[str]]:
+    """A submission's text, bounded before it is parsed (``bounds.scan``), then parsed: (its JSON,
+    notes on what it stored beside its code that was left out). Every cell's metadata but its
+    ``nbgrader`` entry (what matches it to the course's cell) is dropped before anything copies it.
+    TooLarge past a bound on what is graded, CannotGrade for a file that is not a notebook."""
     _check_raw(text, len(text), limits)
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", errors="surrogatepass")
+    scanned = scan(raw, limits)
     try:
-        data = json.loads(text)
+        data = json.loads(scanned.text.decode("utf-8", errors="surrogatepass"))  # a few MB at most
     except RecursionError:
         raise TooLarge(
             f"too large: JSON nested more than {limits.max_json_depth} levels deep; nothing was run"
@@ -140,6 +129,46 @@ def check_bounds(text: str, limits: GradingLimits = DEFAULT_LIMITS) -> None:
             f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
         ) from None
     _check_parsed(data, limits)
+    cells = data.get("cells") if isinstance(data, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        if isinstance(cell, dict) and isinstance(cell.get("metadata"), dict):
+            entry = cell["metadata"].get("nbgrader")
+            cell["metadata"] = {"nbgrader": entry} if entry is not None else {}
+    return data, scanned.notes
+
+
+def check_bounds(text: str | bytes, limits: GradingLimits = DEFAULT_LIMITS) -> str:
+    """Every bound of ``limits`` (max_*) on a submission's text, checked before it is parsed (TooLarge,
+    CannotGrade); returns the text to read: what it stored beside its code past a bound left out."""
+    data, _ = bounded(text, limits)
+    return json.dumps(data, ensure_ascii=False)
+
+
+def parse_submission(
+    text: str, limits: GradingLimits = DEFAULT_LIMITS
+) -> tuple[nbformat.NotebookNode, list[str]]:
+    """The student's notebook (nbformat 4), bounded before it is parsed (``bounded``), and the notes."""
+    data, notes = bounded(text, limits)
+    try:
+        major, minor = nbformat.reader.get_version(data)
+        if major != 4:
+            raise OldFormat(V3.format(version=major))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
+            nb = nbformat.versions[4].to_notebook_json(data, minor=minor)
+            try:
+                nbformat.validate(nb)
+            except nbformat.ValidationError:
+                pass  # nbformat.reads only logs it: what the plan needs is checked there
+        if not isinstance(nb.cells, list):
+            raise ValueError("no cell list")
+    except CannotGrade:
+        raise
+    except Exception as err:  # noqa: BLE001 - wrong schema, binary junk: all cannot-grade
+        raise CannotGrade(
+            f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
+        ) from None
+    return nb, notes
 
 
 # ------------------------------------------------------------------------------- the course secret
@@ -228,19 +257,8 @@ def make_plan(
     restores locked cells), answer cells and the cells a student added are the student's. Test cells
     are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
     """
-    problems = []
-    check_bounds(submission_text, limits)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # nbformat's notes about missing cell ids
-            student = nbformat.reads(submission_text, as_version=4)
-        cells = student.cells
-        if not isinstance(cells, list):
-            raise ValueError("no cell list")
-    except Exception as err:  # noqa: BLE001 - bad JSON, wrong schema, binary junk: all cannot-grade
-        raise CannotGrade(
-            f"the file is not a readable notebook ({type(err).__name__}: {str(err)[:200]})"
-        ) from None
+    student, problems = parse_submission(submission_text, limits)  # bounded before it is parsed
+    cells = student.cells
     order, placement = merged(source_nb.cells, cells)  # the one notebook-order rule
     for gid in placement.duplicates:
         problems.append(f"cell {gid!r} appears more than once: the first copy is graded")

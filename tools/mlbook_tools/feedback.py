@@ -60,7 +60,7 @@ def _added(cell):
     """A cell the student added, as the autograded notebook keeps it (inert.py): no active content."""
     from mlbook_tools.inert import inert_cell
 
-    cell = copy.deepcopy(cell)
+    cell = copy.copy(cell)  # inert_cell replaces metadata, outputs, attachments: no deep copy
     inert_cell(cell, added=True)
     return cell
 

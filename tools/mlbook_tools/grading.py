@@ -186,7 +186,7 @@ def grade_submission(
         plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, limits=limits
     )
     written = [gid for gid, _ in plan.manual]
-    blank = blank_written_answers(text) & set(written)  # 0, nothing to grade by hand (as recorded)
+    blank = blank_written_answers(plan.notebook) & set(written)  # 0, nothing to grade by hand
     grades = {
         v.grade_id: CellGrade(v.grade_id, v.score, v.points, v.message) for v in run["verdicts"]
     }
@@ -315,17 +315,18 @@ def record(
 TEXT_STUB = "YOUR ANSWER HERE"  # nbgrader's ClearSolutions.text_stub in this course's config
 
 
-def blank_written_answers(notebook: str | None) -> set[str]:
+def blank_written_answers(notebook: str | dict | None) -> set[str]:
     """Grade ids of written answers (graded markdown answer cells) left as released or emptied.
 
-    nbgrader's Autograde (formgrader's button) scores such a cell 0 with no manual grading needed
-    (its checksum is unchanged); grade-class records the same, so both say one thing."""
+    ``notebook``: its JSON text, or the parsed (bounded) notebook. nbgrader's Autograde (formgrader's
+    button) scores such a cell 0 with no manual grading needed (its checksum is unchanged);
+    grade-class records the same, so both say one thing."""
     import json
 
     if not notebook:
         return set()
     try:
-        cells = json.loads(notebook).get("cells", [])
+        cells = (json.loads(notebook) if isinstance(notebook, str) else notebook).get("cells", [])
     except ValueError:
         return set()
     out = set()

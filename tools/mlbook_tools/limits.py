@@ -46,17 +46,24 @@ class GradingLimits:
     grace_seconds: float = 5.0
     """past the submission's wall backstop + this, a watchdog kills the sandbox whatever runs"""
 
-    # ---- the submission file, checked before it is parsed (past one: "too large: ...", nothing runs)
+    # ---- the submission file, checked before it is parsed (``bounds.scan``). What is graded (the
+    # file, its cells, their sources, the JSON around them) past one: "too large: ...", nothing runs.
+    # What a notebook stores beside its code (outputs, attachments, metadata) past one is left out,
+    # with a note, and the code is graded: the grader runs the code and never reads them.
     max_notebook_bytes: int = 20 * 1024**2
     """the file's size (checked before it is read whole)"""
     max_cells: int = 2000
     """cells (counted in the raw text first, then exactly)"""
     max_output_bytes: int = 16 * 1024**2
-    """text of every stored output together"""
+    """bytes of stored outputs, attachments and metadata kept (in file order; past it: left out)"""
     max_source_bytes: int = 4 * 1024**2
     """every cell's source together (code is sent to the sandbox and run)"""
     max_json_depth: int = 64
-    """nesting of the notebook's JSON"""
+    """nesting of the notebook's JSON (a stored part nested deeper is left out)"""
+    max_json_values: int = 200_000
+    """JSON values of the notebook, counted before parsing as its ``{``, ``[`` and ``,`` outside
+    strings (objects to parse and copy: 18 MB of ``{}`` are six million); stored parts past it are
+    left out, the rest past it refused"""
 
     # ---- the sandbox: per sandbox (its cgroup) and per process (rlimits)
     memory_bytes: int = 3 * 1024**3
@@ -80,7 +87,8 @@ class GradingLimits:
     attempts: int = 2
     """gradings of one submission before it is reported UNGRADED"""
     worker_slack_seconds: float = 90.0
-    """wall seconds a worker may take beyond a submission's backstop (start-up, notebook writing)"""
+    """wall seconds a fresh worker may take to start (import torch, load the course) before it takes
+    a submission; from then on the submission's backstop + ``grace_seconds`` holds, writing included"""
 
     # ------------------------------------------------------------------ building one
     @classmethod

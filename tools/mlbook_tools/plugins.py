@@ -131,7 +131,8 @@ REFUSED = (
 
 class BoundedNotebookExporter(NotebookExporter):
     """``nbgrader autograde``'s reader (``c.Autograde.exporter_class``): a submission is bounded before it
-    is parsed (``driver.read_submission``/``check_bounds``: size, cells, outputs, nesting). One past a bound
+    is parsed (``driver.read_submission``/``check_bounds``: size, cells, sources, JSON values and nesting;
+    stored outputs and metadata past a bound are left out of the text it reads). One past a bound
     becomes the course's release notebook marked ``mlbook.refused``, which ``SandboxedExecute`` grades
     as 0 with the "too large: ..." line as its grading note: recorded for that student only, in a second."""
 
@@ -149,7 +150,7 @@ class BoundedNotebookExporter(NotebookExporter):
         sanitizing = getattr(self.parent, "_sanitizing", True)
         try:
             driver._check_raw(text, max(size, len(text)), limits)
-            driver.check_bounds(text, limits)
+            text = driver.check_bounds(text, limits)  # stored parts past a bound left out
         except driver.TooLarge as err:
             return self.from_notebook_node(
                 self._stub(resources, str(err)), resources=resources, **kw

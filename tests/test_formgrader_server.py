@@ -253,7 +253,8 @@ def test_instructor_opens_and_clicks_a_hostile_submission(course, tmp_path):
                 lambda d: d.execute_script(
                     "return document.readyState === 'complete' && [...document.querySelectorAll("
                     "'input.extra-credit')].some(e => e.hasAttribute('placeholder'))"
-                )
+                ),
+                "formgrader's page did not load its grades (the instructor logged out?)",
             )
             seen = server.requests()
             assert any("/formgrader/api/grades" in line for line in seen), seen[-5:]  # logged

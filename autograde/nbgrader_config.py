@@ -92,7 +92,9 @@ c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_hash": "mlbook_tools.csp.csp_hash"}
 # Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
-# on its pages, a second wall; outside a server this does nothing.
+# on its pages, a second wall, and formgrader's routes for hostile submissions (formgrader_guard.py):
+# no file of a submission folder served, no `/formgrader?path=` switch to another folder (nbgrader
+# would read that folder's nbgrader_config.py); outside a server this does nothing.
 protect_running_server()
 
 # Late submissions: nbgrader's AssignLatePenalties with this plugin (10 % of the score per started day

@@ -311,6 +311,7 @@ def grade_class(
                 pass
         jobs.append((student, str(nb_path), fp))
     report_misnamed(course, assignment, results, out)
+    report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
     bar = None
@@ -429,6 +430,53 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
             except MissingEntry:
                 gb.add_student(student, last_name=student, first_name="")
         print(f"{student:20s} NOT GRADED: " + feedback.printable(why), file=out)
+
+
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's exchange adds
+
+
+def _extra_files(folder: pathlib.Path, assignment: str, most: int) -> tuple[list[str], int]:
+    """The first ``most`` names in ``folder`` beside the notebook (sorted per folder; a folder that
+    is a link is named, never entered), and how many more (visiting at most 50 x ``most`` entries)."""
+    names, more, todo, budget = [], 0, [""], 50 * most
+    while todo and budget > 0:
+        rel = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder / rel), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for entry in entries:
+            budget -= 1
+            path = os.path.join(rel, entry.name)
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(path)
+                continue
+            if path in (f"{assignment}.ipynb", *EXCHANGE_FILES):
+                continue
+            if len(names) < most:
+                names.append(path)
+            else:
+                more += 1
+    return sorted(names), more
+
+
+def report_extra_files(course: pathlib.Path, assignment: str, out, most: int = 20) -> dict:
+    """One line per student whose submission folder holds more than the notebook (and the exchange's
+    files): their names, printable, for the instructor to look at as text. They are never graded,
+    copied or served (formgrader_guard answers 404 for a submission's files)."""
+    found = {}
+    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
+        names, more = _extra_files(folder, assignment, most)
+        if not names:
+            continue
+        found[folder.parent.name] = names
+        shown = ", ".join(feedback.printable(n).replace("\n", "\ufffd")[:120] for n in names)
+        print(
+            f"{feedback.printable(folder.parent.name):20s} EXTRA FILES (not graded, never served; "
+            f"open them only as text): {shown}" + (f" and {more} more" if more else ""),
+            file=out,
+        )
+    return found
 
 
 def _marked(notebook: str | None, fp: str) -> str | None:

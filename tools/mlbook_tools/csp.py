@@ -3,7 +3,9 @@
 Every response of the Jupyter server that serves the course (formgrader, JupyterLab) gets a second
 ``Content-Security-Policy`` header (the browser enforces both it and Jupyter's own): scripts only
 from the server itself, no inline event handler, no ``javascript:`` URL, no plugin, no form or
-``<base>`` to another site, images only from the server or ``data:``, no request to another host.
+``<base>`` to another site, no request to another host. On formgrader's pages (every page but
+JupyterLab's own) images are only ``data:`` and scripts connect only to the server: an image
+address in a student's content (``/logout``, a tracker) is never fetched.
 
 formgrader's pages carry inline scripts of their own (``var assignment_id = "...";`` and the
 like, rendered per page), so a fixed header cannot list them; instead each HTML response's policy
@@ -17,8 +19,11 @@ lists the SHA-256 of exactly these inline scripts:
 Anything else inline (a ``<script>`` that got past the sanitiser, an ``onerror=``) has no hash and
 does not run. JupyterLab's own pages (``/lab``, ``/tree``, ...) also get ``'unsafe-eval'``: JupyterLab
 compiles its settings schemas at run time and does not start without it; formgrader's never do. formgrader's own page templates are switched to escape every value they insert
-(nbgrader renders them unescaped, and a student id is a folder name). Files a student handed in (``/files/``, ``/nbconvert/``, formgrader's
-``/formgrader/submissions/<id>/<file>``) are served in a sandbox with no script at all.
+(nbgrader renders them unescaped, and a student id is a folder name). Whatever the server serves
+from files (``/files/``, ``/nbconvert/``, anything under ``/formgrader/submissions/<id>/``) gets a
+sandbox with no script at all, and a file under ``submitted/`` or ``autograded/`` is a download.
+formgrader itself serves no file of a submission folder and never switches its course on a GET
+(``formgrader_guard``, installed by ``protect``).
 
 nbgrader reads the course's ``nbgrader_config.py`` inside the server process when formgrader
 loads; that file calls ``protect_running_server()``, so wherever formgrader shows this course, the
@@ -33,24 +38,29 @@ import importlib.util
 import pathlib
 import re
 import sys
+import urllib.parse
 
 from mlbook_tools.mathjax import TEMPLATES
 
 POLICY = (
     "default-src 'self'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self' ws: wss:; "
+    "img-src {img}; font-src 'self' data:; connect-src {connect}; "
     "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"
 )
-SANDBOX = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; sandbox"
+# formgrader's pages (and every other page but JupyterLab's own) show images only inline: no address
+# in a student's content (`/logout`, a tracker) is fetched; their scripts talk only to the server.
+PAGE = {"img": "data:", "connect": "'self'"}
+APP = {"img": "'self' data: blob:", "connect": "'self' ws: wss:"}  # JupyterLab: files, kernels
+SANDBOX = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; sandbox"
 HANDLERS = ("toggleAllNames()",)  # nbgrader's one inline handler (gradebook page): allowed by hash
 UNSAFE_HASHES = "'unsafe-hashes' " + " ".join(
     f"'sha256-{base64.b64encode(hashlib.sha256(h.encode()).digest()).decode()}'" for h in HANDLERS
 )
 _SCRIPT = re.compile(rb"<script\b([^>]*)>(.*?)</script\s*>", re.S | re.I)
 _ASSIGN = re.compile(r'\s*(?:var [A-Za-z_]\w* = "[^"\\<\r\n]*";\s*)+')
-_STUDENT_FILES = re.compile(
-    r"/(files|nbconvert)/|/formgrader/submissions/[^/]+/[^/]+\.[^/]+$"
-)  # after base_url
+# after base_url: a file (or anything) under a submission's formgrader address, a file the server serves
+_STUDENT_FILES = re.compile(r"/(files|nbconvert)/|/formgrader/submissions/(?!components/)[^/]+/.")
+_HANDED_IN = re.compile(r"/files/(.*/)?(submitted|autograded)/")  # a student's folders: a download
 
 
 def csp_hash(text) -> str:
@@ -91,7 +101,8 @@ def policy(extra: set[str] | frozenset = frozenset(), app: bool = False) -> str:
     """The header; ``app``: a JupyterLab / Notebook page, whose own code compiles its settings
     schemas with ``new Function`` (ajv) and so needs 'unsafe-eval' (formgrader's pages never get it)."""
     return POLICY.format(
-        hashes=" ".join(sorted(extra) + [UNSAFE_HASHES] + (["'unsafe-eval'"] if app else []))
+        hashes=" ".join(sorted(extra) + [UNSAFE_HASHES] + (["'unsafe-eval'"] if app else [])),
+        **(APP if app else PAGE),
     )
 
 
@@ -112,8 +123,14 @@ class CspTransform:
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         base = self.settings.get("base_url", "/")
-        if self.path.startswith(base) and _STUDENT_FILES.match(self.path[len(base) - 1 :]):
+        path = urllib.parse.unquote(
+            self.path
+        )  # as the route sees it (`%73ubmitted` is `submitted`)
+        if path.startswith(base) and _STUDENT_FILES.match(path[len(base) - 1 :]):
             headers.add("Content-Security-Policy", SANDBOX)
+            headers["X-Content-Type-Options"] = "nosniff"
+            if _HANDED_IN.match(path[len(base) - 1 :]) and "Content-Disposition" not in headers:
+                headers["Content-Disposition"] = "attachment"
             return status_code, headers, chunk
         allowed = set()
         if headers.get("Content-Type", "").startswith("text/html") and not headers.get(
@@ -141,7 +158,11 @@ class CspTransform:
 
 
 def protect(web_app) -> None:
-    """Install the policy on a Tornado application (once)."""
+    """Install the policy on a Tornado application (once), and mlbook's formgrader routes
+    (formgrader_guard: no submission file served, no course switch on GET)."""
+    from mlbook_tools.formgrader_guard import harden
+
+    harden(web_app)
     if any(t is CspTransform for t in web_app.transforms):
         return
     CspTransform.trusted = _template_scripts()

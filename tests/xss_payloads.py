@@ -328,4 +328,6 @@ def size_notebook(release_nb, kind: str, limits=None) -> dict:
         nb.cells.insert(len(nb.cells) // 2, nbformat.v4.new_code_cell("show()", outputs=outputs))
     else:
         raise ValueError(f"unknown page-size kind {kind!r}: one of {PAGE_SIZE_KINDS}")
-    return json.loads(json.dumps(nb))  # plain JSON, as handed in (nbformat would validate 40k outputs)
+    return json.loads(
+        json.dumps(nb)
+    )  # plain JSON, as handed in (nbformat would validate 40k outputs)

@@ -83,7 +83,8 @@ def grading_notes(notes: list) -> str:
     import html
 
     items = "".join(
-        f"<li><code>{html.escape(printable(str(n)).replace(chr(10), ' '))}</code></li>" for n in notes
+        f"<li><code>{html.escape(printable(str(n)).replace(chr(10), ' '))}</code></li>"
+        for n in notes
     )
     return f"**Grading notes**\n\n<ul>{items}</ul>\n"
 

@@ -31,7 +31,9 @@ from nbconvert.preprocessors import Preprocessor
 
 CAP = 2000  # characters of one text output kept
 MAX_OUTPUTS = 20  # outputs of one cell kept
-MAX_NOTEBOOK_OUTPUTS = 200  # outputs of the whole notebook kept (answer and added cells; verdicts apart)
+MAX_NOTEBOOK_OUTPUTS = (
+    200  # outputs of the whole notebook kept (answer and added cells; verdicts apart)
+)
 MAX_IMAGE = 2_000_000  # base64 characters of one kept image
 RASTER = ("image/png", "image/jpeg")
 
@@ -105,7 +107,7 @@ def _attribute(tag: str, attr: str, value: str) -> str | None:
     if attr in ("width", "height"):
         return value if _NUMBER.match(value.strip()) else None
     if tag == "img" and attr == "src":  # no request for anything: not relative, not another host
-        return value if _RASTER_URL.match(value.strip().lower()) else None
+        return value.strip() if _RASTER_URL.match(value.strip().lower()) else None
     return None if value.strip().lower().startswith("data:") else value
 
 

@@ -60,7 +60,9 @@ class FeedbackExporter(HTMLExporter):
         path = pathlib.Path(str(TEMPLATES)) / "formgrade" / "mlbook_fold.html.j2"
         return [
             FunctionLoader(
-                lambda name: (path.read_text(), str(path), lambda: False) if name == path.name else None
+                lambda name: (
+                    (path.read_text(), str(path), lambda: False) if name == path.name else None
+                )
             )
         ]
 

@@ -14,6 +14,7 @@ a wall of its own: an inline handler put into the page after the sanitiser does 
 Needs /usr/bin/chromium and /usr/bin/chromedriver, as tests/test_browser.py.
 """
 
+import copy
 import csv
 import hashlib
 import html
@@ -91,6 +92,26 @@ def test_autograded_notebook_keeps_no_active_content():
     _assert_inert(json.loads(nbformat.writes(nb)))
     button, _ = InertStudentCells().preprocess(nbformat.reads(text, as_version=4), {})
     _assert_inert(json.loads(nbformat.writes(button)))
+
+
+def test_autograded_notebooks_keep_the_first_200_outputs():
+    """2000 cells of 20 outputs (within the bounds) took formgrader ~10 s of CPU to open: both
+    autograded notebooks keep the first 200 (verdicts apart) and say how many are left out."""
+    from mlbook_tools.inert import MAX_NOTEBOOK_OUTPUTS, InertStudentCells
+
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    out = nbformat.v4.new_output("stream", name="stdout", text="x\n")
+    release.cells[1:1] = [nbformat.v4.new_code_cell("1", outputs=[out] * 20) for _ in range(30)]
+    button, _ = InertStudentCells().preprocess(copy.deepcopy(release), {})
+    for nb in (_autograded(json.loads(nbformat.writes(release))), button):
+        kept = [
+            o
+            for c in nb.cells
+            if not c.metadata.get("nbgrader", {}).get("grade")
+            for o in c.get("outputs", [])
+        ]
+        assert len(kept) == MAX_NOTEBOOK_OUTPUTS + 1 == 201
+        assert "[... 400 more outputs not shown" in kept[-1]["text"]
 
 
 def test_exports_are_not_spreadsheet_formulas():

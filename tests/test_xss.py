@@ -14,8 +14,10 @@ a wall of its own: an inline handler put into the page after the sanitiser does 
 Needs /usr/bin/chromium and /usr/bin/chromedriver, as tests/test_browser.py.
 """
 
+import copy
 import csv
 import hashlib
+import html
 import http.server
 import json
 import os
@@ -92,6 +94,26 @@ def test_autograded_notebook_keeps_no_active_content():
     _assert_inert(json.loads(nbformat.writes(button)))
 
 
+def test_autograded_notebooks_keep_the_first_200_outputs():
+    """2000 cells of 20 outputs (within the bounds) took formgrader ~10 s of CPU to open: both
+    autograded notebooks keep the first 200 (verdicts apart) and say how many are left out."""
+    from mlbook_tools.inert import MAX_NOTEBOOK_OUTPUTS, InertStudentCells
+
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    out = nbformat.v4.new_output("stream", name="stdout", text="x\n")
+    release.cells[1:1] = [nbformat.v4.new_code_cell("1", outputs=[out] * 20) for _ in range(30)]
+    button, _ = InertStudentCells().preprocess(copy.deepcopy(release), {})
+    for nb in (_autograded(json.loads(nbformat.writes(release))), button):
+        kept = [
+            o
+            for c in nb.cells
+            if not c.metadata.get("nbgrader", {}).get("grade")
+            for o in c.get("outputs", [])
+        ]
+        assert len(kept) == MAX_NOTEBOOK_OUTPUTS + 1 == 201
+        assert "[... 400 more outputs not shown" in kept[-1]["text"]
+
+
 def test_exports_are_not_spreadsheet_formulas():
     from mlbook_tools.inert import csv_cell
 
@@ -161,11 +183,12 @@ def test_clean_html_keeps_markdown_readable():
         "<pre>",
         "<code>",
         "<img",
-        "<a",
         "<blockquote>",
     ):
         assert tag in out, (tag, out)
     assert "$x^2$" in out and 'src="data:image/png;base64,iVBO"' in out
+    # a link is its text and its address, shown, not followed (issue 31)
+    assert 'l (<code class="mlbook-address">https://example.org</code>)' in out and "<a" not in out
     from html.parser import HTMLParser
 
     from nbconvert.filters.markdown import markdown2html
@@ -219,6 +242,180 @@ def test_clean_html_keeps_markdown_readable():
                 assert not (tag == "img" and value.startswith("http")), (kind, value)
 
 
+def _attributes(html: str) -> list[tuple[str, str, str]]:
+    """(tag, attribute, value) of every attribute in ``html``."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Attrs(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend((tag, name, value or "") for name, value in attrs)
+
+    Attrs().feed(html)
+    return found
+
+
+def _autograded(student_nb: dict, problems=()):
+    """The autograded notebook `mlbook grade-class` writes for ``student_nb`` (no sandbox: no verdicts)."""
+    from mlbook_tools import driver, feedback
+
+    source_nb = nbformat.read(
+        layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
+    )
+    plan = driver.make_plan(source_nb, json.dumps(student_nb))
+    return feedback.autograded_notebook(source_nb, plan, GradingResult(problems=list(problems)))
+
+
+def _formgrader_page(path: pathlib.Path) -> str:
+    """formgrader's submission page for the notebook at ``path``: the course config's HTMLExporter with
+    the formgrade template, read from the file as formgrader's SubmissionHandler does."""
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(layout().course)).load_config()
+    config.merge(Config({"HTMLExporter": {"template_name": "formgrade"}}))
+    resources = {
+        "base_url": "",
+        "submission_id": "s1",
+        "notebook_id": ASSIGNMENT,
+        "assignment_id": ASSIGNMENT,
+        "index": 0,
+        "total": 1,
+        "student": "mallory",
+        "notebook_path": f"autograded/mallory/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+    }
+    return HTMLExporter(config=config).from_filename(str(path), resources=resources)[0]
+
+
+def _feedback_page(path: pathlib.Path) -> str:
+    """The feedback page `nbgrader generate_feedback` writes for the notebook at ``path`` (the course's
+    exporter and preprocessors; the scores nbgrader's GetGrades would read from the gradebook: 0)."""
+    import nbgrader
+    from mlbook_tools.feedback import CapOutputs, CoreExtraSummary, RedactHiddenTests
+    from mlbook_tools.mathjax import FeedbackExporter
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(layout().course)).load_config()
+    css = (
+        pathlib.Path(nbgrader.__file__).parent / "server_extensions/formgrader/static/node_modules"
+    )
+    config.HTMLExporter.extra_template_paths = [
+        str(css / "bootstrap" / "dist" / "css")
+    ]  # as nbgrader
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.metadata.nbgrader.update(score=0.0, needs_manual_grade=False)
+    resources = {"nbgrader": {"notebook": ASSIGNMENT, "late_penalty": 0}, "config_dir": str(path)}
+    for step in (CoreExtraSummary, CSSHTMLHeaderPreprocessor, RedactHiddenTests, CapOutputs):
+        nb, resources = step(config=config).preprocess(nb, resources)
+    return FeedbackExporter(config=config).from_notebook_node(nb, resources=resources)[0]
+
+
+def _addresses_left(page: str) -> list:
+    """What in a page's notebook could make the browser fetch or follow an address: any src but an
+    inline PNG/JPEG, any href but a place in the page, srcset, a style with url(), a student's mark."""
+    body = page[page.index('id="notebook-container"') :]
+    bad = []
+    for tag, name, value in _attributes(body):
+        v = value.strip().lower()
+        if (
+            (name == "src" and not re.match(r"data:image/(png|jpeg);base64,", v))
+            or (name in ("href", "xlink:href", "action", "formaction") and not v.startswith("#"))
+            or name in ("srcset", "background", "poster", "ping", "style")
+            and "url(" in v + name
+            or X.ADDRESS in value
+        ):
+            bad.append((tag, name, value[:80]))
+    return bad
+
+
+def test_no_student_address_is_fetched_or_followed(tmp_path):
+    """formgrader's page and the feedback page of the payload submission (every address-fetch kind in
+    every place, and in a grading note): no image but an inline raster, no link to follow, MathJax
+    told to allow no URL or style; each address still readable as text."""
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    note = X.fill("img-root", 1, "grading-note") + " " + X.fill("md-link-root", 1, "grading-note")
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(_autograded(X.payload_notebook(release, 1), problems=[note]), path)
+    for page in (_formgrader_page(path), _feedback_page(path)):
+        assert _addresses_left(page) == []
+        text = re.sub(r"<[^>]*>", "", page)
+        assert "/logout?xss-address=md-link-root@" in text  # shown, as text
+        assert "[image not shown: markdown image]" in text
+        assert '<img src="/logout?xss-address=img-root@grading-note' in html.unescape(text)
+    formgrader = _formgrader_page(path)
+    assert (
+        'Safe: {allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none"' in formgrader
+    )
+    policy = re.search(r"default-src 'none';[^\"]*", _feedback_page(path)).group(0)  # its <meta>
+    assert "img-src data:;" in policy and "connect-src 'none'" in policy, policy
+
+
+def test_clean_html_fetches_nothing_a_student_names():
+    """Every odd spelling of an address (relative, root, //host, backslashes, tabs, entities, srcset,
+    markdown images and links, reference links) loses its src/href; inline PNG/JPEG stay."""
+    from mlbook_tools.inert import clean_html
+    from nbconvert.filters.markdown import markdown2html
+
+    for kind in X.ADDRESS_KINDS:
+        out = clean_html(markdown2html(X.fill(kind, 1, "unit")))
+        assert _addresses_left('id="notebook-container"' + out) == [], (kind, out)
+    png, jpeg = "data:image/png;base64,iVBO", "data:image/jpeg;base64,/9j/"
+    out = clean_html(f'<img src="{png}" alt="a"><img src=" {jpeg}"><a href="#top">top</a>')
+    assert f'src="{png}"' in out and "/9j/" in out and '<a href="#top">top</a>' in out
+    assert clean_html('<img src="data:image/svg+xml;base64,PHN2Zz4=">') == (
+        '<span class="mlbook-image">[image not shown]</span>'
+    )
+
+
+def _timed(render, path) -> tuple[float, str]:
+    t0 = time.process_time()
+    page = render(path)
+    return time.process_time() - t0, page
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "honest",
+        "code-4mb",
+        *(pytest.param(k, marks=pytest.mark.full) for k in X.PAGE_SIZE_KINDS if k != "code-4mb"),
+    ],
+)
+def test_pages_open_within_three_seconds(kind, tmp_path):
+    """A submission within the grading bounds (README "Bounds") renders in <= 3 s (CPU of the
+    render, the exporter formgrader and generate_feedback use, reading the file included): long
+    sources folded with their size shown, rich rendering within the page's budget
+    (templates/formgrade/mlbook_fold.html.j2). Before: one 4 MB code cell took formgrader 48 s."""
+    from mlbook_tools.limits import DEFAULT
+
+    if kind == "honest":
+        student = json.loads(
+            (layout().root / "solutions" / "notebooks" / f"{ASSIGNMENT}.ipynb").read_text()
+        )
+    else:
+        release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+        student = X.size_notebook(release, kind)
+    from mlbook_tools.driver import check_bounds
+
+    check_bounds(json.dumps(student), DEFAULT)  # inside every bound: graded, so shown
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(_autograded(student), path)
+    for render in (_formgrader_page, _feedback_page):
+        seconds, page = _timed(render, path)
+        print(f"{kind} {render.__name__}: {seconds:.2f} s CPU, {len(page) / 1e6:.1f} MB")
+        assert seconds <= 3.0, (kind, render.__name__, seconds)
+        if kind.endswith("4mb"):
+            assert re.search(r"\d\.\d MB of (source|text) not shown; open the notebook file", page)
+        if kind == "honest":  # nothing folded, every formula there to typeset
+            assert "mlbook-folded" not in page.split("</style>")[-1], kind
+            assert "mlbook-plain-text" not in page.split("</style>")[-1], kind
+
+
 # --------------------------------------------------------------------------- in the browser
 
 SCAN = r"""
@@ -232,8 +429,34 @@ for (const e of document.querySelectorAll('*')) {
     if (/^\s*(javascript|vbscript|data:text)/i.test(a.value)) bad.push(e.tagName + ' ' + a.name + '=' + a.value.slice(0, 60));
   }
 }
+// what the student's content became (MathJax's output included): no address to fetch or follow
+const nb = document.getElementById('notebook-container');
+for (const e of (nb ? nb.querySelectorAll('*') : [])) {
+  for (const a of e.attributes) {
+    if (/^(src|srcset|href|xlink:href|style|action|formaction)$/i.test(a.name) && /xss-address|url\(/i.test(a.value)) bad.push('address ' + e.tagName + ' ' + a.name + '=' + a.value.slice(0, 80));
+    if (/^(href|xlink:href)$/i.test(a.name) && !a.value.startsWith('#')) bad.push('link ' + e.tagName + ' ' + a.value.slice(0, 80));
+    if (a.name === 'src' && !/^data:image\/(png|jpeg);base64,/.test(a.value)) bad.push('image ' + a.value.slice(0, 80));
+  }
+}
 return bad;
 """
+
+
+def _logged_in(driver) -> bool:
+    """The Jupyter server's login cookie is still there (its /logout clears it)."""
+    return any(c["name"].startswith("username-") for c in driver.get_cookies())
+
+
+def _requested(driver) -> list[str]:
+    """Every URL the browser asked for since the last call (Chrome's performance log)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
 PROBE = """
 window.__violations = 0;
 document.addEventListener('securitypolicyviolation', () => { window.__violations += 1; });
@@ -349,8 +572,10 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     options.binary_location = CHROMIUM
     for flag in FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request, by URL
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     found: dict[str, list[str]] = {}
+    requested: list[str] = []
     t0 = time.monotonic()
     try:
         wait, settle = (
@@ -391,6 +616,7 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
                 wait.until(ready)
                 found[path] = _quiet(driver, settle)
                 print(f"{time.monotonic() - t0:6.1f} s  {path}")
+            assert _logged_in(driver)  # the token logged the instructor in: a cookie
             for student, nb_id in sorted(
                 ids.items(), key=lambda kv: kv[0] == "mallory"
             ):  # the payloads last
@@ -408,6 +634,11 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
                 "return document.querySelectorAll('.MathJax, .MathJax_Display').length"
             )
             assert typeset > 50, f"formgrader typeset only {typeset} formulas"
+            # No request for an address a student chose (a relative /logout image, //host, MathJax's
+            # \\require ...) left the browser, and the instructor is still logged in (a cookie login:
+            # a fetch without the token; /logout would have cleared it).
+            requested += _requested(driver)
+            assert _logged_in(driver), [u for u in requested if "logout" in u or X.ADDRESS in u]
             # The policy alone stops an inline handler that got into the page (after the sanitiser).
             driver.execute_script(PROBE)
             WebDriverWait(driver, 10, poll_frequency=0.2).until(
@@ -438,6 +669,7 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
         driver.get((course / "feedback" / "mallory" / ASSIGNMENT / f"{ASSIGNMENT}.html").as_uri())
         wait.until(lambda d: d.execute_script("return document.readyState === 'complete'"))
         found["feedback mallory"] = _quiet(driver, settle)
+        requested += _requested(driver)
         print(f"{time.monotonic() - t0:6.1f} s  feedback")
         assert "My answer, with math" in driver.find_element(By.TAG_NAME, "body").text
         typeset = driver.execute_script("return document.querySelectorAll('math').length")
@@ -447,6 +679,8 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     failures = {k: v for k, v in found.items() if v}
     assert failures == {}, failures
     assert Canary.hits == [], Canary.hits
+    assert len(requested) > 20, requested  # the log works: formgrader's own scripts and styles
+    assert [u for u in requested if X.ADDRESS in u or "/logout" in u] == []
     assert _sha(gradebook) == before
     # A manual score written behind grade-class's back is listed by its next run (nothing to regrade).
     from nbgrader.api import Gradebook

@@ -69,6 +69,43 @@ KINDS: dict[str, str] = {
     "mathjax-html-in-math": '$x <img src=x onerror="{js}"> y$',
 }
 
+# Address-fetch kinds: an address the student chose, which the instructor's browser must never
+# fetch or follow (issue 31): images relative to the page, to the server's root (a GET to /logout
+# logs the instructor out), to another host in odd spellings that browsers read as "//host"
+# (backslashes, a tab or newline inside), in markdown; links that would navigate the instructor's
+# session (formgrader's ?path= switch); MathJax's \\style (cursor:url() fetches on hover), \\href,
+# \\class, \\cssId, \\bbox styles, \\require. Every address carries ``ADDRESS=kind@place``: a request
+# for one shows in the browser's own log by that mark (tests/test_xss.py), same origin or not.
+ADDRESS = "xss-address"
+ADDRESS_KINDS: dict[str, str] = {
+    "img-relative": '<img src="logout?{mark}" alt="relative">',
+    "img-root": '<img src="/logout?{mark}">',
+    "img-protocol-relative": '<img src="//127.0.0.1:{port}/hit?{mark}">',
+    "img-backslashes": '<img src="\\\\127.0.0.1:{port}/hit?{mark}">',
+    "img-slash-backslash": '<img src="/\\127.0.0.1:{port}/hit?{mark}">',
+    "img-tab-host": '<img src="/\t/127.0.0.1:{port}/hit?{mark}">',
+    "img-tab-scheme": '<img src="ht\ttp://127.0.0.1:{port}/hit?{mark}">',
+    "img-entity-tab": '<img src="/&#9;/127.0.0.1:{port}/hit?{mark}">',
+    "img-srcset": '<img srcset="/logout?{mark} 1x" alt="srcset">',
+    "img-gif-data": '<img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=" alt="{mark}">',
+    "md-img-relative": "![markdown image](logout?{mark})",
+    "md-img-root": "![markdown image](/logout?{mark})",
+    "md-img-protocol-relative": "![x](//127.0.0.1:{port}/hit?{mark})",
+    "md-img-reference": "![ref image][i]\n\n[i]: /logout?{mark}",
+    "a-get-switch": '<a href="/formgrader?path=submitted/mallory/rlhf_ppo&{mark}">my figures</a>',
+    "md-link-root": "[log out](/logout?{mark})",
+    "md-autolink-http": "<http://127.0.0.1:{port}/hit?{mark}>",
+    "a-protocol-relative": '<a href="//127.0.0.1:{port}/hit?{mark}">elsewhere</a>',
+    "mathjax-style-cursor": "$\\style{{cursor: url({url}/hit?{mark}), auto}}{{x^2}}$",
+    "mathjax-href-http": "$\\href{{{url}/hit?{mark}}}{{y^2}}$",
+    "mathjax-href-root": "$\\href{{/logout?{mark}}}{{z^2}}$",
+    "mathjax-class": "$\\class{{navbar-fixed-top}}{{w^2}}$",
+    "mathjax-cssid": "$\\cssId{{statusmessage}}{{v^2}}$",
+    "mathjax-bbox-style": "$\\bbox[cursor: url({url}/hit?{mark})]{{u^2}}$",
+    "mathjax-require": "$\\require{{{mark}}} t^2$",
+}
+KINDS.update(ADDRESS_KINDS)
+
 # Student ids: folder names (no "/"), each short enough for a file name, each with its own canary.
 ID_KINDS = {
     "id-img": '<img src=x onerror="{js}">',
@@ -82,7 +119,9 @@ def fill(kind: str, port: int, place: str) -> str:
     k = f"{kind}@{place}"
     js = CANARY.format(k=k, port=port)
     b64 = base64.b64encode(f"<script>parent.{js}</script>".encode()).decode()
-    return KINDS[kind].format(js=js, url=f"http://127.0.0.1:{port}", b64=b64)
+    return KINDS[kind].format(
+        js=js, url=f"http://127.0.0.1:{port}", b64=b64, port=port, mark=f"{ADDRESS}={k}"
+    )
 
 
 def student_id(kind: str, port: int) -> str:
@@ -232,3 +271,63 @@ def payload_notebook(release_nb, port: int) -> dict:
     }
     nb.metadata["free"] = json.loads(json.dumps({"html": _all(port, "nb-meta")}))
     return nb
+
+
+# Page-size kinds: a submission within the grading bounds (README "Bounds": 4 MiB of sources, 2000
+# cells, 16 MiB of outputs, 20 MiB in all) that would make a page slow to open; every page an
+# instructor or a student opens renders in <= 3 s anyway (tests/test_xss.py).
+PAGE_SIZE_KINDS = ("code-4mb", "markdown-4mb", "cells-outputs", "markdown-cells", "images")
+_CODE_LINE = "total = total + weights[3] * (x - 1) / 2 ** k  # one of many steps\n"
+_MD_PARA = (
+    "The ratio $r_t(\\theta) = \\pi_\\theta(a|s) / \\pi_{old}(a|s)$ is *clipped* to **[1-e, 1+e]**"
+    " (`clip`), see [PPO](https://arxiv.org/abs/1707.06347) and $$\\sum_t A_t$$.\n\n"
+)
+
+
+def _sources(nb) -> int:
+    return sum(len("".join(c.source).encode()) for c in nb.cells)
+
+
+def size_notebook(release_nb, kind: str, limits=None) -> dict:
+    """The released notebook with one page-size payload, just inside ``limits`` (GradingLimits)."""
+    import nbformat
+    from mlbook_tools.limits import DEFAULT
+
+    limits = limits or DEFAULT
+    nb = copy.deepcopy(release_nb)
+    room = limits.max_source_bytes - _sources(nb) - 4096  # what the sources may still grow by
+    answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    if kind == "code-4mb":  # one code answer of ~4 MB (nbgrader's page took 48 s)
+        cell = next(c for c in answers if c.cell_type == "code")
+        cell.source += "\n" + _CODE_LINE * (room // len(_CODE_LINE))
+    elif kind == "markdown-4mb":  # one written answer of ~4 MB, math and markup throughout
+        cell = next(c for c in answers if c.cell_type == "markdown")
+        cell.source = _MD_PARA * (room // len(_MD_PARA.encode()))
+    elif kind in ("cells-outputs", "markdown-cells"):  # up to the cell bound, added cells
+        # (the bound's first check counts the key "cell_type", which nbgrader's metadata repeats)
+        extra = limits.max_cells - json.dumps(nb).count('"cell_type"')
+        if kind == "cells-outputs":  # each with 20 printed outputs, up to the output bound
+            per = (limits.max_output_bytes - 65536) // (extra * 20)
+            text = "x" * (per - len("stream") - len("stdout") - 1) + "\n"
+            outputs = [{"output_type": "stream", "name": "stdout", "text": text}] * 20
+            cells = [  # plain dicts: nbformat's constructors validate every output (minutes)
+                {"cell_type": "code", "metadata": {}, "source": f"print({i})", "outputs": outputs}
+                | {"execution_count": None, "id": f"added-{i}"}
+                for i in range(extra)
+            ]
+        else:  # each a paragraph of math and markup, up to the source bound
+            para = (_MD_PARA * (room // extra // len(_MD_PARA.encode()) + 1))[: room // extra - 2]
+            cells = [nbformat.v4.new_markdown_cell(para) for _ in range(extra)]
+        nb.cells[len(nb.cells) // 2 : len(nb.cells) // 2] = cells
+    elif kind == "images":  # PNG outputs of 2 MB each (the largest inert.py keeps), up to the bound
+        png = (_PNG * (2_000_000 // len(_PNG)))[:1_999_996]
+        count = (limits.max_output_bytes - 65536) // len(png)
+        outputs = [
+            nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "fig"})
+        ] * count
+        nb.cells.insert(len(nb.cells) // 2, nbformat.v4.new_code_cell("show()", outputs=outputs))
+    else:
+        raise ValueError(f"unknown page-size kind {kind!r}: one of {PAGE_SIZE_KINDS}")
+    return json.loads(
+        json.dumps(nb)
+    )  # plain JSON, as handed in (nbformat would validate 40k outputs)

@@ -65,10 +65,28 @@ def _added(cell):
     return cell
 
 
+def _fold_outputs(cells) -> None:
+    from mlbook_tools.inert import fold_outputs
+
+    fold_outputs(cells)
+
+
 def _inert_attachments(attachments, source: str) -> dict:
     from mlbook_tools.inert import inert_attachments
 
     return inert_attachments(attachments, source)
+
+
+def grading_notes(notes: list) -> str:
+    """The grader's notes as markdown whose every note shows as the text it is: an error's message or
+    a file's name may be the student's (``<img src=/logout>`` is shown, not fetched)."""
+    import html
+
+    items = "".join(
+        f"<li><code>{html.escape(printable(str(n)).replace(chr(10), ' '))}</code></li>"
+        for n in notes
+    )
+    return f"**Grading notes**\n\n<ul>{items}</ul>\n"
 
 
 def verdict_outputs(grade: CellGrade | None) -> list:
@@ -127,10 +145,8 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
     order, placement = merged(source_nb.cells, student.cells if student is not None else [])
     cells = []
     if result.error or result.problems:
-        lines = [
-            f"* {p}" for p in ([result.error] if result.error else []) + (result.problems or [])
-        ]
-        cells.append(nbformat.v4.new_markdown_cell("**Grading notes**\n\n" + "\n".join(lines)))
+        notes = ([result.error] if result.error else []) + (result.problems or [])
+        cells.append(nbformat.v4.new_markdown_cell(grading_notes(notes)))
     for kind, where, mine in order:
         if kind == "added":  # shown where the student put it (the plan ran it there), inert
             if _part_of_written_answer(mine, placement.parts.get(where, ()), cells):
@@ -169,6 +185,7 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
             if meta.get("grade") and gid in result.grades:
                 cell.outputs = verdict_outputs(result.grades[gid])
         cells.append(cell)
+    _fold_outputs(cells)  # a page shows the notebook's first 200 outputs (inert.py)
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"

@@ -7,13 +7,17 @@ with the instructor's session and can rewrite grades through formgrader's REST A
 
 * ``inert_outputs`` / ``InertStudentCells``: the autograded notebook (the one formgrader and the
   feedback read) keeps of a student's outputs only capped ``text/plain`` (or stream text) and
-  PNG/JPEG images, no output metadata; markdown attachments only PNG/JPEG; no cell metadata on
+  PNG/JPEG images, no output metadata, 20 outputs a cell and 200 in all (``fold_outputs``); markdown attachments only PNG/JPEG; no cell metadata on
   cells the student added; notebook metadata only the kernel's name and language.
 * ``clean_html``: every piece of HTML the course's pages render from a notebook (markdown after
   rendering, any HTML output that still arrives) goes through the nh3 (ammonia) allow-list:
-  readable markdown (headings, paragraphs, lists, tables, code, links, images) and the text of
-  the math (MathJax typesets it afterwards, with its Safe extension); no script, no event handler,
-  no ``style``/``class``/``id``, no ``javascript:``/``data:`` URL except a raster image.
+  readable markdown (headings, paragraphs, lists, tables, code) and the text of the math (MathJax
+  typesets it afterwards, its Safe extension set to allow no URL, style, class or id); no script,
+  no event handler, no ``style``/``class``/``id``. No address a student chose is fetched or
+  followed: an image stays only as an inline raster (``data:image/png|jpeg;base64``), any other
+  image becomes its alternative text (``[image not shown: alt]``); a link becomes its text with the
+  address beside it as code (``text (<code>/logout</code>)``), nothing to click; only a link to a
+  place in the same page (``#heading``) stays a link.
 * ``csv_cell``: an exported text cell that a spreadsheet would read as a formula starts with a quote.
 
 The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the wall behind these.
@@ -27,6 +31,9 @@ from nbconvert.preprocessors import Preprocessor
 
 CAP = 2000  # characters of one text output kept
 MAX_OUTPUTS = 20  # outputs of one cell kept
+MAX_NOTEBOOK_OUTPUTS = (
+    200  # outputs of the whole notebook kept (answer and added cells; verdicts apart)
+)
 MAX_IMAGE = 2_000_000  # base64 characters of one kept image
 RASTER = ("image/png", "image/jpeg")
 
@@ -89,42 +96,71 @@ _ATTRIBUTES = {
     "th": {"colspan", "rowspan", "align", "scope"},
     "ol": {"start"},
 }
-_RASTER_URL = re.compile(r"data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*\Z")
+_RASTER_URL = re.compile(r"data:image/(png|jpeg);base64,[a-z0-9+/=\s]*\Z")
 _NUMBER = re.compile(r"\d{1,4}%?\Z")
 _NAME = re.compile(r"[\w.\-]{1,100}")
 _LABEL = re.compile(r"[\w .+\-()]{1,100}")
 
 
 def _attribute(tag: str, attr: str, value: str) -> str | None:
-    """nh3's per-attribute check: data: URLs only as a raster image's src; sizes only numbers."""
+    """nh3's per-attribute check: an image's src only an inline raster; sizes only numbers."""
     if attr in ("width", "height"):
         return value if _NUMBER.match(value.strip()) else None
-    url = value.strip().lower()
-    if (
-        tag == "img" and attr == "src"
-    ):  # no request to another host (a tracking pixel, a CSS-less leak)
-        return (
-            value
-            if _RASTER_URL.match(url) or not (":" in url.split("/")[0] or url.startswith("//"))
-            else None
-        )
-    return None if url.startswith("data:") else value
+    if tag == "img" and attr == "src":  # no request for anything: not relative, not another host
+        return value.strip() if _RASTER_URL.match(value.strip().lower()) else None
+    return None if value.strip().lower().startswith("data:") else value
+
+
+# nh3 writes every attribute as name="value" with &, <, > and " escaped: these patterns read its output.
+_ATTRS = r'((?:\s+[\w:-]+="[^"]*")*)'
+_LINK = re.compile(r"<a" + _ATTRS + r"\s*>(.*?)</a>", re.S)
+_IMG = re.compile(r"<img" + _ATTRS + r"\s*/?>")
+_ATTR = re.compile(r'([\w:-]+)="([^"]*)"')
+_TAG = re.compile(r"<[A-Za-z][^>]*>")
+_ADDRESS = re.compile(r'\s(?:href|src)="(?!#|data:image/(?:png|jpeg);base64,)[^"]*"', re.I)
+
+
+def _as_text(m: re.Match) -> str:
+    """A link as its text and its address (as code): the address visible, nothing to follow."""
+    import html
+
+    href, text = dict(_ATTR.findall(m.group(1))).get("href"), m.group(2)
+    if href is None:
+        return text
+    if href.startswith("#"):  # a place in this page: no request, no navigation away
+        return f'<a href="{href}">{text}</a>'
+    address = f'<code class="mlbook-address">{href}</code>'
+    same = html.unescape(re.sub(r"<[^>]*>", "", text)).strip() == html.unescape(href).strip()
+    return address if same else f"{text} ({address})"
+
+
+def _alt_text(m: re.Match) -> str:
+    """An image without an inline raster (its src dropped) as its alternative text."""
+    attrs = dict(_ATTR.findall(m.group(1)))
+    if "src" in attrs:  # kept by _attribute: an inline PNG/JPEG
+        return m.group(0)
+    alt = attrs.get("alt", "").strip()
+    return f'<span class="mlbook-image">[image not shown{": " + alt if alt else ""}]</span>'
 
 
 def clean_html(html) -> str:
-    """HTML with only the allow-listed tags and attributes (a Jinja filter: ``| clean_html``)."""
+    """HTML with only the allow-listed tags and attributes, images only inline rasters and links as
+    text with their address (a Jinja filter: ``| clean_html``)."""
     import nh3
 
     text = html.decode() if isinstance(html, bytes) else str(html)
-    return nh3.clean(
+    text = nh3.clean(
         text,
         tags=_TAGS,
         attributes=_ATTRIBUTES,
         attribute_filter=_attribute,
         url_schemes={"http", "https", "mailto", "data"},
         strip_comments=True,
-        link_rel="noopener noreferrer nofollow",
+        link_rel=None,
     )
+    text = _IMG.sub(_alt_text, _LINK.sub(_as_text, text))
+    # what the two passes above left of an address (none is expected): gone from every tag
+    return _TAG.sub(lambda m: _ADDRESS.sub("", m.group(0)), text)
 
 
 def _text(value) -> str:
@@ -199,6 +235,35 @@ def inert_attachments(attachments, source: str = "") -> dict:
     return kept
 
 
+def fold_outputs(cells) -> None:
+    """In place: the notebook's first MAX_NOTEBOOK_OUTPUTS stored outputs kept (test cells' verdicts
+    apart), the rest replaced by one line saying how many are left out. Every page that shows the
+    notebook (formgrader, feedback) converts and validates each output several times over: 2000
+    cells of 20 outputs each, within the grading bounds, took formgrader ~10 s of CPU to open."""
+    import nbformat
+
+    left, dropped, first = MAX_NOTEBOOK_OUTPUTS, 0, None
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        outputs = cell.get("outputs") if cell.get("cell_type") == "code" else None
+        if not outputs or (isinstance(meta, dict) and meta.get("grade")):
+            continue
+        if len(outputs) > left:
+            first = cell if first is None else first
+            dropped += len(outputs) - left
+            cell["outputs"] = outputs[:left]
+        left -= len(cell["outputs"])
+    if first is not None:
+        first["outputs"].append(
+            nbformat.v4.new_output(
+                "stream",
+                name="stdout",
+                text=f"[... {dropped} more outputs not shown: pages show the notebook's first "
+                f"{MAX_NOTEBOOK_OUTPUTS}; open the submitted notebook to read them]\n",
+            )
+        )
+
+
 def inert_cell(cell, added: bool) -> None:
     """Make one cell of a student's notebook inert in place; ``added``: not a cell of the source."""
     meta = (
@@ -245,6 +310,7 @@ class InertStudentCells(Preprocessor):
             meta = cell.get("metadata", {}).get("nbgrader")
             gid = meta.get("grade_id") if isinstance(meta, dict) else None
             inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
+        fold_outputs(nb.cells)
         mine = nb.metadata.get("mlbook")
         nb.metadata = {
             **inert_metadata(nb.metadata),

@@ -17,6 +17,7 @@ import shutil
 import sys
 
 from nbconvert import HTMLExporter
+from traitlets import default
 
 CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 TEMPLATES = importlib.resources.files("mlbook_tools") / "templates"  # mlbook, mlbook_feedback
@@ -49,6 +50,21 @@ class FeedbackExporter(HTMLExporter):
     @staticmethod
     def template_basedirs() -> list[str]:
         return [str(TEMPLATES), str(nbgrader_templates())]
+
+    @default("extra_loaders")
+    def _fold_loader(self) -> list:
+        """formgrade/mlbook_fold.html.j2 (the page budget, shared with formgrader's page) by its name
+        only: a loader, as nbgrader sets the exporters' template paths itself."""
+        from jinja2 import FunctionLoader
+
+        path = pathlib.Path(str(TEMPLATES)) / "formgrade" / "mlbook_fold.html.j2"
+        return [
+            FunctionLoader(
+                lambda name: (
+                    (path.read_text(), str(path), lambda: False) if name == path.name else None
+                )
+            )
+        ]
 
     def from_notebook_node(self, nb, resources=None, **kw):
         """The page with its math as MathML (mathml.py): self-contained, typeset offline when copied alone."""

@@ -3,6 +3,10 @@
         tex2jax: {inlineMath: [['$', '$'], ["\\(", "\\)"]], displayMath: [['$$', '$$'], ["\\[", "\\]"]],
                   processEscapes: true, processEnvironments: true},
         displayAlign: 'center', messageStyle: 'none',
+        // a student's TeX carries no address, style, class or id into the page: \href, \style
+        // (\style{cursor:url(...)} fetches on hover), \class, \cssId, \bbox's style and \require
+        // typeset their content only (mlbook_tools/templates/formgrade/mathjax.html.j2)
+        Safe: {allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none", require: "none"}},
         // the shipped copy has the STIX-Web fonts only (as Jupyter's classic notebook configures it)
         "HTML-CSS": {availableFonts: [], imageFont: null, preferredFont: null, font: "STIX-Web",
                      webFont: "STIX-Web"}

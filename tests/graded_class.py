@@ -80,6 +80,9 @@ FULL_ENTRIES = {
     # resource abuse: a whole budget, ~20 s (top_level_endless_loop, fork_bomb, disk_filler ... stay)
     "cpu_loop_ignoring_sigint",
     "memory_hog_in_gae",
+    # a raw vfork through ctypes hangs its own runner until the cell's budget (~60 s since processes
+    # are allowed within the cgroup); processes_fork and the fork bomb stay
+    "processes_raw_clone",
     # malformed frame: the runner dies, the submission is retried (deep nesting stays)
     "runner_replies_patched",
     "runner_dies_on_defined",

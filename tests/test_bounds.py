@@ -248,6 +248,19 @@ def test_a_student_cannot_write_the_refusal_mark(tmp_path):
     assert plugins.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
 
 
+def test_the_autograde_path_carries_what_was_left_out_to_the_grading_notes(tmp_path):
+    """The Autograde button reads through the exporter: what it left out reaches the notes (a
+    student's own forged mark does not)."""
+    nb = nbformat.read(SOLVED, as_version=4)
+    nb.metadata["mlbook"] = {plugins.LEFT_OUT: ["forged"]}
+    nb.cells[0].metadata["colab"] = json.loads("[" * 80 + "]" * 80)
+    path = tmp_path / "deep.ipynb"
+    nbformat.write(nb, path)
+    text, _ = plugins.BoundedNotebookExporter(parent=_Converter(tmp_path)).from_filename(str(path))
+    notes = json.loads(text)["metadata"]["mlbook"][plugins.LEFT_OUT]
+    assert notes and "forged" not in notes and all("left out" in n for n in notes), notes
+
+
 # ------------------------------------------------------------------------------ stored beside the code
 
 

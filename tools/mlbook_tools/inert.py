@@ -18,7 +18,6 @@ with the instructor's session and can rewrite grades through formgrader's REST A
   image becomes its alternative text (``[image not shown: alt]``); a link becomes its text with the
   address beside it as code (``text (<code>/logout</code>)``), nothing to click; only a link to a
   place in the same page (``#heading``) stays a link.
-* ``csv_cell``: an exported text cell that a spreadsheet would read as a formula starts with a quote.
 
 The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the wall behind these.
 """
@@ -317,13 +316,3 @@ class InertStudentCells(Preprocessor):
             **({"mlbook": mine} if isinstance(mine, dict) else {}),
         }
         return nb, resources
-
-
-_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n")
-
-
-def csv_cell(value):
-    """A CSV value a spreadsheet shows as text: a string starting like a formula gets a leading quote."""
-    if isinstance(value, str) and value.startswith(_FORMULA):
-        return "'" + value
-    return value

@@ -5,6 +5,7 @@ the feedback page's preprocessors are in ``feedback.py``, the engine's entry poi
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import time
@@ -16,7 +17,7 @@ from nbgrader.preprocessors import SaveAutoGrades
 from traitlets import Dict, Float, validate
 
 from mlbook_tools.export import csv_cell, csv_writer
-from mlbook_tools.feedback import strip_hidden_tests, verdict_outputs
+from mlbook_tools.feedback import grading_notes, strip_hidden_tests, verdict_outputs
 from mlbook_tools.grading import (
     assignment_points,
     export_course,
@@ -112,20 +113,19 @@ class SandboxedExecute(Preprocessor):
                 continue
             cell.source = strip_hidden_tests(cell.source).rstrip()
             cell.outputs = verdict_outputs(result.grades.get(meta.get("grade_id")))
-        notes = [n for n in dict.fromkeys([result.error, *(result.problems or [])]) if n]
+        left_out = mine.get(LEFT_OUT, []) if isinstance(mine, dict) else []
+        notes = [n for n in dict.fromkeys([result.error, *(result.problems or []), *left_out]) if n]
         if notes:
-            nb.cells.insert(
-                0,
-                nbformat.v4.new_markdown_cell(
-                    "**Grading notes**\n\n" + "\n".join(f"* {n}" for n in notes)
-                ),
-            )
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(grading_notes(notes)))
         nb.metadata["mlbook"] = {"graded_by": "nbgrader autograde through the sandboxed engine"}
         return nb, resources
 
 
 REFUSED = (
     "refused"  # notebook metadata mlbook.refused: the submission was past a bound (set only below)
+)
+LEFT_OUT = (
+    "left_out"  # notebook metadata mlbook.left_out: stored parts past a bound (set only below)
 )
 
 
@@ -148,9 +148,11 @@ class BoundedNotebookExporter(NotebookExporter):
         limits = limits_from_config(self.config)
         text = file_stream.read(limits.max_notebook_bytes + 1)
         sanitizing = getattr(self.parent, "_sanitizing", True)
+        left_out = []
         try:
             driver._check_raw(text, max(size, len(text)), limits)
-            text = driver.check_bounds(text, limits)  # stored parts past a bound left out
+            data, left_out = driver.bounded(text, limits)  # stored parts past a bound left out
+            text = json.dumps(data, ensure_ascii=False)
         except driver.TooLarge as err:
             return self.from_notebook_node(
                 self._stub(resources, str(err)), resources=resources, **kw
@@ -160,7 +162,12 @@ class BoundedNotebookExporter(NotebookExporter):
         nb = nbformat.reads(text, as_version=4)
         mine = nb.metadata.get("mlbook")
         if sanitizing and isinstance(mine, dict):
-            mine.pop(REFUSED, None)  # a student cannot write the marker
+            mine.pop(REFUSED, None)  # a student cannot write the markers
+            mine.pop(LEFT_OUT, None)
+        if (
+            sanitizing and left_out
+        ):  # said to the instructor in the grading notes (SandboxedExecute)
+            nb.metadata.setdefault("mlbook", {})[LEFT_OUT] = list(left_out)
         return self.from_notebook_node(nb, resources=resources, **kw)
 
     def _stub(self, resources, why: str):

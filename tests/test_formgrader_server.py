@@ -351,6 +351,26 @@ def test_policy_fetches_no_student_address_and_sandboxes_every_submission_file()
     assert "img-src data:;" in csp.SANDBOX
 
 
+def test_one_policy_header_so_formgrader_opens_inside_the_hubs_jupyterlab():
+    """A JupyterHub single-user server sends its own policy (frame-ancestors 'none'); two headers
+    are two policies and the stricter blanks formgrader's tab in JupyterLab (Nbgrader > Formgrader)."""
+    from mlbook_tools import csp
+    from tornado.httputil import HTTPHeaders
+
+    csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/user/t/"}, set()
+    h = HTTPHeaders({"Content-Type": "text/html"})
+    h.add(
+        "Content-Security-Policy",
+        "frame-ancestors 'none'; report-uri /user/t/api/security/csp-report",
+    )
+    csp.CspTransform(type("Request", (), {"path": "/user/t/formgrader"})).transform_first_chunk(
+        200, h, b"", True
+    )
+    (one,) = h.get_list("Content-Security-Policy")
+    assert "frame-ancestors 'self'" in one and "'none'" not in one.split("frame-ancestors")[1], one
+    assert "report-uri /user/t/api/security/csp-report" in one and "img-src data:;" in one, one
+
+
 def test_grade_class_names_a_submissions_extra_files(tmp_path):
     import io
 

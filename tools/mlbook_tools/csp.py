@@ -106,6 +106,22 @@ def policy(extra: set[str] | frozenset = frozenset(), app: bool = False) -> str:
     )
 
 
+def merged(ours: str, theirs: list[str]) -> str:
+    """One policy, not two: the course's, plus any directive of the server's own header(s) that it
+    does not set (``report-uri``, ...). Two headers are two policies, both enforced: a JupyterHub
+    single-user server's ``frame-ancestors 'none'`` beside the course's ``'self'`` blanks
+    formgrader's tab inside JupyterLab."""
+    names = {d.split()[0].lower() for d in ours.split(";") if d.strip()}
+    extra = []
+    for header in theirs:
+        for directive in header.split(";"):
+            name = directive.split()[0].lower() if directive.strip() else ""
+            if name and name not in names:
+                names.add(name)
+                extra.append(directive.strip())
+    return "; ".join([ours, *extra])
+
+
 class CspTransform:
     """A Tornado output transform: the course's policy on every response (hashes per HTML page)."""
 
@@ -150,7 +166,8 @@ class CspTransform:
             headers.pop("Etag", None)
             headers["Cache-Control"] = "no-store"
         app = bool(_APP.search(self.path)) and "/formgrader" not in self.path
-        headers.add("Content-Security-Policy", policy(allowed, app))
+        theirs = headers.get_list("Content-Security-Policy")
+        headers["Content-Security-Policy"] = merged(policy(allowed, app), theirs)
         return status_code, headers, chunk
 
     def transform_chunk(self, chunk, finishing):

@@ -6,16 +6,18 @@ removes the users at the end. The loop, each step asserted:
 
   instructor (formgrader)  generate + release
   alice (Assignments tab)  fetch; submit half-done; submit again, correct (the resubmission counts)
-  instructor (CLI)         sets the due date to now (`nbgrader db assignment add --duedate`)
+  instructor (terminal)    sets the due date to now (`nbgrader db assignment add --duedate`), typed
+                           in JupyterLab's terminal (File > New > Terminal) as the README says
   bob (Assignments tab)    fetch; submit half-done, late, through a doctored client: nbgrader's
                            submit with its clock an hour before the due date (folder name,
                            timestamp.txt, cache), every mtime backdated
   alice (by hand)          a folder in inbound/ in bob's name, "later", with her notebook
   instructor               collect (formgrader): alice's folder refused and said, bob's own work
                            collected, late by the file system's time (mlbook_tools/exchange.py);
-                           `mlbook grade-class` (CLI, as the instructor: the
-                           sandbox), one written answer graded in formgrader, generate + release
-                           feedback (formgrader), `nbgrader export` (CLI)
+                           `mlbook grade-class --course .` typed in the terminal (the sandbox),
+                           formgrader opened from the lab's Nbgrader menu (its table, in the lab's
+                           tab), one written answer graded in formgrader, generate + release
+                           feedback (formgrader), `nbgrader export` typed in the terminal
   alice, bob (Assignments) fetch feedback, open it: their own scores, nothing of the other's
 
 The notebooks are filled by writing the fetched file as the student would save it (the typing itself
@@ -305,6 +307,68 @@ def feedback_text(driver, hub, student) -> tuple[str, pathlib.Path]:
     return driver.find_element(By.TAG_NAME, "body").text, page
 
 
+def lab_menu(driver, top: str, *path: str) -> None:
+    """Click JupyterLab's menu bar item ``top``, hover each of ``path[:-1]``, click ``path[-1]``."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    wait = WebDriverWait(driver, 240, poll_frequency=0.5)
+
+    def item(selector: str, label: str):
+        return wait.until(
+            lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, selector) if e.text == label]
+        )[0]
+
+    item(".lm-MenuBar-itemLabel", top).click()
+    for label in path[:-1]:
+        ActionChains(driver).move_to_element(item(".lm-Menu-itemLabel", label)).perform()
+    item(".lm-Menu-itemLabel", path[-1]).click()
+
+
+def _prompt_back(text: str) -> bool:
+    """The shell prints its prompt again (the command ended): the last line ends with ``$``."""
+    return text.rstrip().endswith("$")
+
+
+def terminal_text(driver) -> str:
+    """What the open terminal shows, one line per row (xterm.js's screen-reader rows: the terminal
+    draws on a canvas, so the test turns on JupyterLab's own "Screen Reader Mode" setting)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.jp-Terminal .xterm-accessibility-tree > div')]"
+        ".map(e => e.textContent.replace(/\\u00a0/g, ' ').trimEnd()).join('\\n')"
+    )
+
+
+def type_in_terminal(driver, command: str, until, timeout: float = 600) -> str:
+    """Type ``command`` and Enter into the focused terminal, as a person does; wait until ``until(text)``."""
+    before = terminal_text(driver)
+    driver.switch_to.active_element.send_keys(command + Keys.ENTER)
+    WebDriverWait(driver, timeout, poll_frequency=1).until(
+        lambda d: (t := terminal_text(d)) != before and until(t)
+    )
+    return terminal_text(driver)
+
+
+def open_terminal(driver, hub, user: str) -> None:
+    """File > New > Terminal in the user's JupyterLab (Screen Reader Mode on: its rows are text)."""
+    settings = pathlib.Path(
+        f"/home/{user}/.jupyter/lab/user-settings/@jupyterlab/terminal-extension/plugin.jupyterlab-settings"
+    )
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"screenReaderMode": true}')
+    for p in [settings, *settings.parents]:
+        if p == pathlib.Path(f"/home/{user}"):
+            break
+        shutil.chown(p, user, user)
+    login(driver, hub, user, f"/user/{user}/lab")
+    lab_menu(driver, "File", "New", "Terminal")
+    WebDriverWait(driver, 120, poll_frequency=0.5).until(
+        lambda d: (
+            d.switch_to.active_element.get_attribute("class") == "xterm-helper-textarea"
+            and "$" in terminal_text(d)
+        )
+    )
+
+
 def numbers(text: str) -> dict:
     core = re.search(r"Core: ([\d.]+) / ([\d.]+) points", text)
     extra = re.search(r"Extra credit: ([\d.]+) / ([\d.]+) \(optional", text)
@@ -361,9 +425,12 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     # --- the due date passes (CLI, as the instructor); bob submits half-done, late
     due_at = int(time.time()) + 2  # whole seconds, strictly after alice's last submission
     due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due_at))
-    as_user(
-        hub, TEACH, "nbgrader", "db", "assignment", "add", NB, f"--duedate={due}", cwd=str(course)
+    # README step 1, typed in the instructor's JupyterLab terminal (File > New > Terminal)
+    open_terminal(browser, hub, TEACH)
+    typed = type_in_terminal(
+        browser, f'nbgrader db assignment add {NB} --duedate="{due}"', until=_prompt_back
     )
+    assert "command not found" not in typed, typed
     while time.time() < due_at + 1:  # bob's submission strictly after the due date
         time.sleep(0.2)
     login(browser, hub, BOB, f"/user/{BOB}/lab")
@@ -403,14 +470,37 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     assert mine[BOB] == pathlib.Path(f"/home/{BOB}/{NB}/{NB}.ipynb").read_text()
     due_dt = parse_utc(due)
     assert stamps[ALICE] < due_dt < stamps[BOB], (stamps, due)
-    graded = as_user(
-        hub, TEACH, "mlbook", "grade-class", "--course", ".", "--workers", "2", cwd=str(course)
+    # README step 3, typed in the instructor's terminal as written: it starts in the course folder
+    # with the course tools on PATH (a login shell would reset PATH: "command not found")
+    open_terminal(browser, hub, TEACH)
+    shown = type_in_terminal(
+        browser,
+        "mlbook grade-class --course .",
+        until=lambda t: "graded now" in t and _prompt_back(t),
     )
     if os.environ.get("MLBOOK_HUB_DEBUG"):
-        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(
-            graded.stdout + graded.stderr
+        pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(shown)
+    assert "command not found" not in shown, shown
+    assert "2 submissions graded now" in shown.replace("\n", ""), shown
+    # formgrader as an instructor opens it: JupyterLab's Nbgrader menu, in a tab of the lab
+    lab_menu(browser, "Nbgrader", "Formgrader")
+    frame = WebDriverWait(browser, 120, poll_frequency=0.5).until(
+        lambda d: [
+            f
+            for f in d.find_elements(By.CSS_SELECTOR, "iframe")
+            if "formgrader" in (f.get_attribute("src") or "")
+        ]
+    )[0]
+    browser.switch_to.frame(frame)
+    WebDriverWait(browser, 120, poll_frequency=0.5).until(
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "table")
+            and NB in d.find_element(By.TAG_NAME, "body").text
         )
-    assert f"{BOB}" in graded.stdout and "late by" in graded.stdout, graded.stdout
+    )
+    browser.switch_to.default_content()
+    flat = shown.replace("\n", "")  # a long line wraps over rows
+    assert BOB in flat and "late by" in flat, shown
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -442,7 +532,9 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     browser.get(f"{base}/user/{TEACH}/formgrader/manage_assignments")
     formgrader_click(browser, "comment")  # generate feedback
     formgrader_click(browser, "envelope")  # release feedback
-    as_user(hub, TEACH, "nbgrader", "export", "--to", "grades.csv", cwd=str(course))
+    open_terminal(browser, hub, TEACH)  # README step 4, typed
+    typed = type_in_terminal(browser, "nbgrader export --to grades.csv", until=_prompt_back)
+    assert "command not found" not in typed and (course / "grades.csv").exists(), typed
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
 
     # --- each student fetches feedback: their own scores, and nothing of the other's

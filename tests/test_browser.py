@@ -410,6 +410,24 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         wait.until(
             lambda d: d.find_element(By.ID, f"{gid}_extra_credit").get_attribute("value") == "0.5"
         )
+        # "Full credit" on an extra-credit answer gives its maximum (2 for ex3), shown beside its box.
+        full = "ex3_whitening_argument"
+        heading = wait.until(lambda d: d.find_element(By.ID, full)).find_element(
+            By.XPATH, "ancestor::div[contains(@class, 'panel-heading')]"
+        )
+        assert "(extra credit, up to 2.0)" in heading.text, heading.text
+        heading.find_element(By.CSS_SELECTOR, ".full-credit").click()
+
+        def full_credit(_):
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+                grade = gb.find_grade(full, "rlhf_ppo", "rlhf_ppo", "alice")
+                return (
+                    grade.manual_score == 0
+                    and grade.extra_credit == 2
+                    and not grade.needs_manual_grade
+                )
+
+        WebDriverWait(browser, 90, poll_frequency=0.5).until(full_credit)
         # The grading page typesets its math offline (the MathJax the server ships).
         browser.get(server.url(f"/formgrader/submissions/{nb_id}/"))
         WebDriverWait(browser, 90, poll_frequency=0.5).until(
@@ -448,7 +466,7 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     auto_extra = sum(
         c.points for c in CHECKS.values() if c.extra
     )  # the graded exercises, all passed
-    assert rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) == auto_extra + 0.5
+    assert rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) == auto_extra + 0.5 + 2
     wide = list(csv.DictReader((course / "wide.csv").open()))
     assert len(wide) == 1 and wide[0][f"rlhf_ppo:{gid}"] == "0.5"
     assert wide[0]["rlhf_ppo:timestamp"].startswith("2026-11-30T12:00") and "email" in wide[0]

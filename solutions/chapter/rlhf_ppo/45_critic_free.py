@@ -18,7 +18,7 @@
 #   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
 #   than in the reward.
 #
-# The comparison below has five arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
+# The comparison below has six arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
 # others: 16 prompts, $k = 4$ each) and runs for 40 steps on three seeds; the sweep is cached like
 # §3.8's. The first three change only the advantage, and their names say what they are:
 #
@@ -31,18 +31,26 @@
 #   unclipped gradient step per batch. And with a token mean over the batch, GRPO's length bias
 #   (below) cannot appear.
 #
-# Two more arms follow the published objectives, with everything else (samples, epochs, clip,
-# learning rate) unchanged:
+# Three more arms use the published objectives, with everything else (samples, epochs, clip,
+# learning rate, $\beta$) kept at the chapter's settings, which are not DeepSeekMath's:
 #
-# - **GRPO as published** (Shao et al., 2024): the group-normalised advantage of the score alone,
+# - **GRPO's objective, chapter's settings** (the objective of Shao et al., 2024): the
+#   group-normalised advantage of the score alone,
 #   the KL to the reference as a $k_3$ term *in the loss* with coefficient $\beta$, and each
 #   response's token terms averaged within the response before averaging over responses. That
 #   per-response mean gives every token of a long response less weight than a token of a short
-#   one, in the gradient that rewards and in the one that punishes.
+#   one, in the gradient that rewards and in the one that punishes. DeepSeekMath ran it with a KL
+#   coefficient of 0.04 and a single policy update per batch of samples, so that the ratio stays 1
+#   and the clip never acts; this arm keeps the chapter's $\beta = 0.3$ and four clipped epochs. It
+#   is the objective as published, not the run as published.
+# - **The same, no division by the group std**: an ablation that changes one thing, the advantage
+#   becomes the score minus its group mean, so the table can show which part of the objective sets
+#   the arm's KL.
 # - **Dr. GRPO** (Liu et al., 2025, arXiv:2503.20783) removes the two terms its authors found
 #   biased: no division by the group's standard deviation, and no division by the response's length
 #   (the token terms are summed and divided by a constant, the batch size times the longest
-#   allowed response). The $k_3$ term stays, so that only those two terms change.
+#   allowed response). The $k_3$ term stays, so that only those two terms change; against the
+#   ablation above it differs in the length normalisation alone.
 #
 # One asymmetry remains, and it favours the critic-free arms a little: the GAE arm trains policy and
 # critic with one Adam optimiser and clips the gradient norm at 1 over *both* networks' gradients
@@ -99,6 +107,17 @@ print(
     f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
 )
 
+# %% [markdown]
+# Where does credit assignment show? The next cell reads two more things from the same cache: on
+# one batch of groups drawn at the end of each GAE run, the correlation between each estimator's
+# per-token advantage and the indicator that the token is `good`; and a second sweep with 8 samples
+# a step instead of 64, with the step at which each arm's reward (averaged over 5 steps) first
+# reaches the threshold in the table's header.
+
+# %% include="mlbook_solutions.critic_free:steps_to_threshold,credit_summary,format_credit_table" tags=["nbval-check-output"]
+cf_credit = credit_summary(cf_results)
+display(Markdown(format_credit_table(cf_credit, cf_results["credit_config"])))
+
 # %% demo=true
 show(
     plot_arms(cf_results),
@@ -143,3 +162,21 @@ show(
 # as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
 # benchmarks, while Ahmadian et al. (2024) report RLOO ahead of PPO on theirs, so a weak result for
 # any method may be a weakly tuned baseline.
+#
+# **Beyond RLOO and GRPO.** Three more critic-free designs are common in 2026 code:
+#
+# - *REINFORCE++* (Hu, 2025, arXiv:2501.03262) keeps PPO's tricks (clipped ratio, KL fee per
+#   token) and normalises advantages over the whole batch rather than per prompt; its baseline
+#   variant for groups subtracts the group's mean and then whitens over the batch. That is the
+#   advantage of this section's *PPO-clip, RLOO advantage* arm (RLOO's $k/(k-1)$ factor disappears
+#   in the whitening); the group-normalised arm differs from it only by the division by each
+#   group's standard deviation.
+# - *CISPO* (MiniMax, 2025, arXiv:2506.13585) clips the importance weight $\pi_\theta/\pi_{\text{old}}$
+#   instead of the update: the clipped weight is held constant (no gradient through it) and
+#   multiplies a REINFORCE term $A\log\pi_\theta$, so a token outside the band still contributes a
+#   bounded gradient where PPO's clip would drop it. The authors found that PPO's clip removed the
+#   gradient of rare tokens that matter for long chains of thought.
+# - *Dynamic sampling* (DAPO, Yu et al., 2025, arXiv:2503.14476): a group whose responses all get the
+#   same reward has zero advantage everywhere (the first cell of this section prints that case),
+#   so DAPO samples more prompts than it needs and keeps only groups whose rewards differ, until
+#   the batch is full, so every sample in it carries a gradient.

@@ -245,6 +245,9 @@ REPLAY = dict(seed=0, steps=4)
 CREDIT = CriticFreeConfig(prompts=2, k=4)
 """Where credit could matter: 8 samples a step instead of 64, the PPO-update arms only."""
 CREDIT_ARMS = ("gae", "rloo", "grpo")
+CREDIT_PROBES = (1, 4, 9, 19)
+"""Updates after which the GAE arm measures credit (and after its last update)."""
+PROBE_SEED = 1000
 CREDIT_THRESHOLD = 4.0
 """Mean reward (good tokens) that counts as reached in the credit sweep, smoothed over 5 steps."""
 
@@ -291,17 +294,43 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
     t0 = time.process_time()  # CPU time of this process (torch runs on one thread here)
     if arm == "gae":
         policy, ref, critic, prompts, gen = build_models(seed, batch)
+        groups = prompts[: cfg.prompts].repeat_interleave(cfg.k, dim=0)  # (prompts * k, P)
+        probe_gen = torch.Generator().manual_seed(PROBE_SEED + seed)  # leaves training's alone
+        credit, updates, probe_seconds = {}, [0], [0.0]
+
+        def probe(model: nn.Module) -> float:
+            """Credit on one batch of groups, sampled by the policy, valued by the critic as
+            they stand after ``updates[0]`` updates (off the clock, its own generator)."""
+            if updates[0] in CREDIT_PROBES or updates[0] == steps:
+                t = time.process_time()
+                roll = collect_rollouts(
+                    model, ref, critic, groups, run.max_new_tokens, END_ID, probe_gen
+                )
+                scores = good_count_reward(roll["tokens"], roll["response_mask"])
+                credit[str(updates[0])] = credit_correlations(
+                    roll, scores.to(roll["logp_old"].dtype), run.beta, cfg.k, run.gamma, run.lam
+                )
+                probe_seconds[0] += time.process_time() - t
+            updates[0] += 1
+            return float("nan")
+
         history = train_ppo(
-            policy, ref, critic, prompts, good_count_reward, END_ID, run, generator=gen
+            policy,
+            ref,
+            critic,
+            prompts,
+            good_count_reward,
+            END_ID,
+            run,
+            generator=gen,
+            evaluate=probe,
         )
+        with torch.no_grad():
+            probe(policy)  # after the last update
         reward, kl = [h.reward for h in history], [h.kl for h in history]
         length = [h.response_len for h in history]
         critic_bytes, state_bytes = critic_memory(critic, prompts)
-        # one batch of groups from the trained policy, the trained critic's values
-        groups = prompts[: cfg.prompts].repeat_interleave(cfg.k, dim=0)  # (prompts * k, P)
-        roll = collect_rollouts(policy, ref, critic, groups, run.max_new_tokens, END_ID, gen)
-        scores = good_count_reward(roll["tokens"], roll["response_mask"]).to(roll["logp_old"].dtype)
-        credit = credit_correlations(roll, scores, run.beta, cfg.k, run.gamma, run.lam)
+        t0 += probe_seconds[0]
     else:
         policy, ref, _, prompts, gen = build_models(seed, cfg.prompts)
         prompts = prompts.repeat_interleave(cfg.k, dim=0)  # (prompts * k, P): groups of k rows
@@ -385,6 +414,8 @@ def fingerprint() -> str:
         REPLAY,
         dataclasses.asdict(CREDIT),
         CREDIT_THRESHOLD,
+        CREDIT_PROBES,
+        PROBE_SEED,
     ]
     return code_fingerprint(FINGERPRINT_MODULES, settings)
 
@@ -394,7 +425,9 @@ def replay64() -> dict:
     with default_dtype(torch.float64):
         runs = {a: run_arm(a, REPLAY["seed"], steps=REPLAY["steps"]) for a in ARMS}
     out = {a: dict(reward=r["reward"], kl=r["kl"], length=r["length"]) for a, r in runs.items()}
-    out["gae"]["credit"] = [runs["gae"]["credit"][e] for e in ("gae", "rloo", "grpo")]
+    out["gae"]["credit"] = [
+        c[e] for _, c in sorted(runs["gae"]["credit"].items()) for e in ("gae", "rloo", "grpo")
+    ]
     return out
 
 
@@ -471,37 +504,36 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
 
 def credit_summary(results: dict) -> dict[str, dict]:
     """Per estimator: the correlation of its per-token advantage with the good-token indicator on
-    the GAE arm's final batch (mean, min and max over seeds); and, for the 8-samples-a-step sweep,
-    each seed's step at which the smoothed reward first reaches ``CREDIT_THRESHOLD`` (None: never
-    within the run) and the reward over its last 10 steps (mean over seeds)."""
+    a batch of groups sampled in the GAE runs, after each number of updates (mean over seeds); and,
+    for the 8-samples-a-step sweep, each seed's step at which the smoothed reward first reaches the
+    threshold (None: never within the run) and its reward over the last 10 steps (seed mean)."""
     out, threshold = {}, results["credit_config"]["threshold"]
+    runs = results["runs"]["gae"]
+    points = sorted(runs[0]["credit"], key=int)
     for name in ("gae", "rloo", "grpo"):
-        corr = [r["credit"][name] for r in results["runs"]["gae"]]
-        runs = results["credit_runs"][name]
+        sweep = results["credit_runs"][name]
         out[name] = dict(
-            corr=statistics.fmean(corr),
-            corr_min=min(corr),
-            corr_max=max(corr),
-            steps=[steps_to_threshold(r["reward"], threshold) for r in runs],
-            reward=statistics.fmean(statistics.fmean(r["reward"][-10:]) for r in runs),
+            corr={u: statistics.fmean(r["credit"][u][name] for r in runs) for u in points},
+            steps=[steps_to_threshold(r["reward"], threshold) for r in sweep],
+            reward=statistics.fmean(statistics.fmean(r["reward"][-10:]) for r in sweep),
         )
     return out
 
 
 def format_credit_table(credit: dict, config: dict) -> str:
     """A Markdown table, one row per estimator; ``config`` is the cache's ``credit_config``."""
+    points = list(next(iter(credit.values()))["corr"])
     lines = [
-        "| advantage | corr(A_t, token is good), final batch | steps to a smoothed reward of "
-        f"{config['threshold']:g}, {config['prompts'] * config['k']} samples a step (per seed) "
-        "| reward, last 10 steps |",
-        "|---|---|---|---|",
+        "| advantage | "
+        + " | ".join(f"corr after {u} update{'' if u == '1' else 's'}" for u in points)
+        + f" | steps to {config['threshold']:g}, {config['prompts'] * config['k']} samples a step "
+        "| reward, last 10 |",
+        "|---" * (len(points) + 3) + "|",
     ]
     for name, c in credit.items():
         steps = ", ".join("never" if t is None else str(t) for t in c["steps"])
-        lines.append(
-            f"| {LABELS[name]} | {c['corr']:.2f} ({c['corr_min']:.2f}-{c['corr_max']:.2f}) "
-            f"| {steps} | {c['reward']:.2f} |"
-        )
+        corr = " | ".join(f"{c['corr'][u]:+.2f}" for u in points)
+        lines.append(f"| {LABELS[name]} | {corr} | {steps} | {c['reward']:.2f} |")
     return "\n".join(lines)
 
 

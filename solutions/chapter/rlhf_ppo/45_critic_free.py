@@ -89,7 +89,8 @@ cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
 cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
 print(
     f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
-    f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+    f"PPO-update arms; GRPO's objective {cf_summary['grpo_published']['objective']:.2f}, "
+    f"without the std division {cf_summary['grpo_published_no_std']['objective']:.2f}, "
     f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}"
 )
 print(
@@ -108,11 +109,15 @@ print(
 )
 
 # %% [markdown]
-# Where does credit assignment show? The next cell reads two more things from the same cache: on
-# one batch of groups drawn at the end of each GAE run, the correlation between each estimator's
-# per-token advantage and the indicator that the token is `good`; and a second sweep with 8 samples
-# a step instead of 64, with the step at which each arm's reward (averaged over 5 steps) first
-# reaches the threshold in the table's header.
+# Where does credit assignment show? The toy's reward is a sum of per-token indicators, one for
+# each `good`, which is exactly what a learned $V(s_t)$ can credit token by token, so the question
+# is fair. The next cell reads two more measurements from the same cache. During each GAE run, on a
+# batch of 16 prompts with 4 samples each (drawn with a generator of its own, so training is
+# untouched), it computed every estimator's per-token advantage, GAE's from the critic as it stood
+# and RLOO's and GRPO's one per response, and correlated each with the indicator that the token is
+# `good`. And a second sweep runs the three PPO-update arms with 8 samples a step instead of 64,
+# where a critic's per-token credit might be worth more, recording the step at which each run's
+# reward, averaged over 5 steps, first reaches the threshold in the table's header.
 
 # %% include="mlbook_solutions.critic_free:steps_to_threshold,credit_summary,format_credit_table" tags=["nbval-check-output"]
 cf_credit = credit_summary(cf_results)
@@ -121,31 +126,46 @@ display(Markdown(format_credit_table(cf_credit, cf_results["credit_config"])))
 # %% demo=true
 show(
     plot_arms(cf_results),
-    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for five arms: reward, "
+    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for six arms: reward, "
     "KL to the reference and mean response length. The three arms with PPO's update (critic and "
     "GAE, RLOO advantage, group-normalised advantage) rise together from about 0.5 to about 5 good "
-    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO as published rises more slowly "
-    "to about 3.3 at about half the KL; Dr. GRPO lies between, close to the first three. Every "
-    "arm's response length climbs from about 6 to nearly the maximum of 8 tokens.",
+    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO's objective at the chapter's "
+    "settings rises more slowly to about 3.3 at about half the KL; the same objective without the "
+    "division by the group std, and Dr. GRPO, lie close to the first three. Every arm's response "
+    "length climbs from about 6 to nearly the maximum of 8 tokens.",
 )
 
 # %% [markdown]
 # Where each wins, on this measurement (the table and the cell above give the numbers):
 #
-# - **The three PPO-update arms: a tie.** With the same samples, the same KL fee and advantages of
-#   the same scale, they end at the same reward, KL and regularised objective, within the spread
-#   over seeds, and none is ahead over the first ten steps on every seed. The toy's reward is one
-#   number at the end of at most eight tokens, with nothing for token-level credit to find, so a
-#   learned $V(s_t)$ has little to add over a group baseline.
-# - **The published objectives optimise a different thing.** GRPO as published ends with less
-#   reward at about half the KL, and a lower value of the regularised objective the table scores
-#   every arm on. That is not a worse algorithm so much as a different regulariser: its $k_3$ term
-#   is averaged per token, and, as §5's gradient cell shows, its expected gradient is that of the
-#   reverse direction $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$, so the same $\beta$ buys a
-#   different trade. Dr. GRPO, whose summed loss weights every token alike and whose advantage is
-#   not rescaled per group, lands close to the PPO-update arms.
+# - **The three PPO-update arms: a tie, and why.** With the same samples, the same KL fee and
+#   advantages of the same scale, they end at the same reward, KL and regularised objective, within
+#   the spread over seeds, and none is ahead over the first ten steps on every seed. It is not that
+#   there is no credit to find. After the first update GAE's advantage is the one most correlated
+#   with `good` tokens, by a few hundredths. But every arm climbs to the same $\beta$-regularised
+#   optimum within about 15 steps: responses are at most 8 tokens long, and 64 samples a step give
+#   a sequence-level baseline plenty to average over. Near that optimum one more `good` token earns
+#   about what its KL fee costs, and GAE's per-token advantage, which charges each token its own
+#   fee, says so first: by 9 updates its correlation with `good` is gone while the sequence-level
+#   advantages still carry theirs, and by the end all three sit near zero. There is then nothing
+#   left that better credit could buy.
+# - **Fewer samples a step: the critic is the slower arm.** With 8 samples a step instead of 64,
+#   the GAE arm needs more steps to reach the threshold than either critic-free arm on every seed
+#   (the credit table's steps column), and all three end at about the same reward. A critic that
+#   must itself be learned from those few samples costs more at the start than its per-token
+#   credit repays on eight-token responses.
+# - **GRPO's objective at the chapter's settings: the std division sets its KL.** It ends with less
+#   reward at about half the KL of the PPO-update arms, and a lower value of the regularised
+#   objective the table scores every arm on. The ablation says where the gap comes from. Remove
+#   only the division by the group's standard deviation, keeping the $k_3$ term and the
+#   per-response mean, and the arm ends at the KL and objective of Dr. GRPO, close to the
+#   PPO-update arms; Dr. GRPO then also drops the per-response mean and changes little more. So it
+#   is not the $k_3$ term, which all three of these arms share, nor the length normalisation: it
+#   is the division, which rescales every group's advantages while the weight $\beta$ of the KL
+#   term stays fixed, and so changes the balance between the two. With DeepSeekMath's own
+#   $\beta = 0.04$ and a single update per batch the balance would be a different one again.
 # - **Length: no bias to see here.** Every arm's responses grow towards the 8-token maximum,
-#   because more tokens leave room for more `good`; the per-response mean of GRPO as published
+#   because more tokens leave room for more `good`; the per-response mean of GRPO's objective
 #   does not lengthen them further (the table's length columns). Liu et al.'s length bias needs
 #   room to show: it lets long *wrong* responses cost less per token, which matters when responses
 #   run to thousands of tokens and most of them fail, not on eight-token responses whose reward

@@ -1684,7 +1684,7 @@ print(
 # seed, each smoothed by a running mean over five steps; the right panel is a control explained
 # below.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "acd951d9a9fd249c393ddfcee7adfb2d", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c514ace33ea807795a87a74f93e97a89", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
     """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
     samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
@@ -1793,22 +1793,25 @@ rm_rows = [
     "| KL end (nats) | length end (tokens) |",
     "|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
+rm_peak_z = {}
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_peak_z = statistics.fmean(  # each run's gold at its own peak step, in the proxy's std
+    rm_peak_z[str(beta)] = statistics.fmean(  # each run's gold at its own peak step, proxy's std
         max(gold_z(rm_results, r)) for r in rm_results["runs"][str(beta)]
     )
     rm_rows.append(
-        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z:+.2f} | {s['gold_final_z']:+.2f} | "
+        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z[str(beta)]:+.2f} | {s['gold_final_z']:+.2f} | "
         f"{s['proxy_final']:+.2f} | {s['kl_at_peak']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
     )
-display(Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):"))
+display(
+    Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):")
+)
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(
-    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+    f"beta {rm_low}: gold falls from its peak {rm_peak_z[rm_low]:+.1f} std to "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std while the proxy ends at "
+    f"{rm_summary[rm_low]['proxy_final']:+.1f} std"
 )
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "18148a1ef83ddca00632128e36e9dcee", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1823,7 +1826,7 @@ show(
     "and proxy rise together and stay together.",
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1bc5196c4f1f1065e5165b8a825e54d0", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a69608116571986559eb5fc9c22801f5", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_equal = gold_at_equal_kl(rm_results)
 rm_d = [
     d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
@@ -1852,7 +1855,8 @@ print(
 )
 rm_top = {d: max(rm_equal, key=lambda b: rm_equal[b][d]) for d in rm_d}
 rm_lead = [
-    sorted(row[d] for row in rm_equal.values())[-1] - sorted(row[d] for row in rm_equal.values())[-2]
+    sorted(row[d] for row in rm_equal.values())[-1]
+    - sorted(row[d] for row in rm_equal.values())[-2]
     for d in rm_d
 ]
 print(

@@ -349,3 +349,33 @@ def test_equal_kl_lead_of_the_largest_beta():
     s = rmod.summarise(results)
     ends = [s[str(b)]["gold_final_z"] for b in results["config"]["betas"]]
     assert max(ends) - min(ends) > 5 * max(leads)  # "several standard deviations ... far more"
+
+
+def test_defaults_table_sentence_two_camps_three_ways():
+    """§5: "on lambda and the value clip the stacks form two camps (TRL and DeepSpeed-Chat; OpenRLHF
+    and verl), and on the reward clip they go three ways"; "OpenRLHF's defaults split the rollout
+    batch into 8 optimiser steps and verl's into 4". Read from the table's own cell."""
+    import ast
+
+    from mlbook_tools.config import layout
+
+    source = (layout().root / "solutions" / "chapter" / "rlhf_ppo" / "50_production.py").read_text()
+    tree = ast.parse(source)
+    (node,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "library_defaults" for t in n.targets)
+    ]
+    table = ast.literal_eval(node.value)  # setting -> (TRL, OpenRLHF, verl, DeepSpeed-Chat)
+
+    def lead(cell):  # the value a cell starts with
+        return cell.split(" (")[0].split(",")[0]
+
+    lam = [lead(c) for c in table["GAE lambda"]]
+    vclip = [lead(c) for c in table["value clip"]]
+    assert [float(x) for x in lam] == [0.95, 1, 1, 0.95]
+    assert [float(x) for x in vclip] == [0.2, 0.5, 0.5, 0.2]
+    assert len({lead(c) for c in table["reward clip"]}) == 3
+    steps = [int(lead(c)) for c in table["optimiser steps per rollout batch"]]
+    assert steps[1:3] == [8, 4] and steps[0] == int(lead(table["PPO epochs per batch"][0]))

@@ -166,22 +166,25 @@ rm_rows = [
     "| KL end (nats) | length end (tokens) |",
     "|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
+rm_peak_z = {}
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_peak_z = statistics.fmean(  # each run's gold at its own peak step, in the proxy's std
+    rm_peak_z[str(beta)] = statistics.fmean(  # each run's gold at its own peak step, proxy's std
         max(gold_z(rm_results, r)) for r in rm_results["runs"][str(beta)]
     )
     rm_rows.append(
-        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z:+.2f} | {s['gold_final_z']:+.2f} | "
+        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z[str(beta)]:+.2f} | {s['gold_final_z']:+.2f} | "
         f"{s['proxy_final']:+.2f} | {s['kl_at_peak']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
     )
-display(Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):"))
+display(
+    Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):")
+)
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(
-    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+    f"beta {rm_low}: gold falls from its peak {rm_peak_z[rm_low]:+.1f} std to "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std while the proxy ends at "
+    f"{rm_summary[rm_low]['proxy_final']:+.1f} std"
 )
 
 # %% demo=true
@@ -224,7 +227,8 @@ print(
 )
 rm_top = {d: max(rm_equal, key=lambda b: rm_equal[b][d]) for d in rm_d}
 rm_lead = [
-    sorted(row[d] for row in rm_equal.values())[-1] - sorted(row[d] for row in rm_equal.values())[-2]
+    sorted(row[d] for row in rm_equal.values())[-1]
+    - sorted(row[d] for row in rm_equal.values())[-2]
     for d in rm_d
 ]
 print(

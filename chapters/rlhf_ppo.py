@@ -2954,7 +2954,7 @@ show(
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "68a2e14fa7dc935dd7313741dbbc6e8c", "grade": false, "grade_id": "45_critic_free-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f56baf0444efcee76478a064efc69b56", "grade": false, "grade_id": "45_critic_free-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Where each wins, on this measurement (the table and the cell above give the numbers):
 #
 # - **The three PPO-update arms: a tie, and why.** With the same samples, the same KL fee and
@@ -2966,7 +2966,8 @@ show(
 #   a sequence-level baseline plenty to average over. Near that optimum one more `good` token earns
 #   about what its KL fee costs, and GAE's per-token advantage, which charges each token its own
 #   fee, says so first: by 9 updates its correlation with `good` is gone while the sequence-level
-#   advantages still carry theirs, and by the end all three sit near zero. There is then nothing
+#   advantages still carry theirs, and by the end all three are at or a little below zero. There
+#   is then nothing
 #   left that better credit could buy.
 # - **Fewer samples a step: the critic is the slower arm.** With 8 samples a step instead of 64,
 #   the GAE arm needs more steps to reach the threshold than either critic-free arm on every seed
@@ -3169,7 +3170,7 @@ print(
     f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "7989cb75eb436ed47a19926f36bfc827", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e8cca71b082fcdc7a29544bb5d3364e1", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
@@ -3180,8 +3181,7 @@ print(
 #   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
-#   8-GPU run train different models. TRL fixed exactly this: its adaptive controller was fed the
-#   KL of the local rank until the KL was gathered across processes (TRL issue #960, PR #997).
+#   8-GPU run train different models.
 # - **Monitor drift, do not trust the clip.** Log an approximate KL between the sampling policy and
 #   the updated one and stop the epochs of a step when it passes a threshold, as `ppo_update` does
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
@@ -4006,7 +4006,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "dff8ba450ce76528b5d7dd20994ec54b", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e9b3d01ad69ba072d82d46e83baa3637", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -4188,5 +4188,5 @@ _checked = check("rlhf_ppo.ipynb")
 # and the value clip, three on the reward clip; a row of optimiser steps per rollout batch; why one
 # epoch does not switch the clip off), adds $k_2$ as a loss to the KL cell and §6 Q1, the
 # verifiable-reward recipes (Tülu 3, DeepSeek-R1), ScaleRL, the entropy mechanism, the case for
-# keeping a reference KL (ProRL, RL's Razor, Yue et al.), VAPO's loss on correct responses, the
-# source of the per-rank KL bug, and a plainer lesson from Llama 3.
+# keeping a reference KL (ProRL, RL's Razor, Yue et al.) and VAPO's loss on correct responses, drops
+# an unsourced anecdote about a per-rank KL, and draws a plainer lesson from Llama 3.

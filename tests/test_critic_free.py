@@ -252,8 +252,8 @@ def test_claims_about_credit(results):
     # "by 9 updates its correlation is gone while the sequence-level advantages still carry theirs"
     assert abs(c["gae"]["corr"][ninth]) < 0.1
     assert all(c[e]["corr"][ninth] > 0.15 for e in others)
-    # "by the end all three sit near zero"
-    assert all(abs(c[e]["corr"][last]) < 0.25 for e in c)
+    # "by the end all three are at or a little below zero"
+    assert all(-0.25 < c[e]["corr"][last] < 0.05 for e in c)
     # "every arm climbs to the same optimum within about 15 steps"
     s = cf.summarise(results)
     for arm in ("gae", "rloo", "grpo"):

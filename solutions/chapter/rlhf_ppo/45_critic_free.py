@@ -147,7 +147,8 @@ show(
 #   a sequence-level baseline plenty to average over. Near that optimum one more `good` token earns
 #   about what its KL fee costs, and GAE's per-token advantage, which charges each token its own
 #   fee, says so first: by 9 updates its correlation with `good` is gone while the sequence-level
-#   advantages still carry theirs, and by the end all three sit near zero. There is then nothing
+#   advantages still carry theirs, and by the end all three are at or a little below zero. There
+#   is then nothing
 #   left that better credit could buy.
 # - **Fewer samples a step: the critic is the slower arm.** With 8 samples a step instead of 64,
 #   the GAE arm needs more steps to reach the threshold than either critic-free arm on every seed

@@ -158,8 +158,7 @@ print(
 #   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
-#   8-GPU run train different models. TRL fixed exactly this: its adaptive controller was fed the
-#   KL of the local rank until the KL was gathered across processes (TRL issue #960, PR #997).
+#   8-GPU run train different models.
 # - **Monitor drift, do not trust the clip.** Log an approximate KL between the sampling policy and
 #   the updated one and stop the epochs of a step when it passes a threshold, as `ppo_update` does
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests

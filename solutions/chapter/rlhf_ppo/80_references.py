@@ -180,5 +180,5 @@
 # and the value clip, three on the reward clip; a row of optimiser steps per rollout batch; why one
 # epoch does not switch the clip off), adds $k_2$ as a loss to the KL cell and §6 Q1, the
 # verifiable-reward recipes (Tülu 3, DeepSeek-R1), ScaleRL, the entropy mechanism, the case for
-# keeping a reference KL (ProRL, RL's Razor, Yue et al.), VAPO's loss on correct responses, the
-# source of the per-rank KL bug, and a plainer lesson from Llama 3.
+# keeping a reference KL (ProRL, RL's Razor, Yue et al.) and VAPO's loss on correct responses, drops
+# an unsourced anecdote about a per-rank KL, and draws a plainer lesson from Llama 3.

@@ -12,7 +12,7 @@
 #     name: python3
 # ---
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "fce7f15caa549c70709b0393d28e46df", "grade": false, "grade_id": "00_intro-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ba615995ac71dad7d8be621a1783c93a", "grade": false, "grade_id": "00_intro-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # # RLHF with PPO
 #
 # Proximal Policy Optimization is the algorithm behind the first generation of instruction-tuned
@@ -24,9 +24,9 @@
 # |---|---|
 # | §1 Intuition | follow one four-token response through the reward computation |
 # | §2 The math | the objective, the per-token KL reward, the clipped surrogate, GAE, the KL controller |
-# | §3 Implementation | fill in `last_response_index`, `shaped_rewards`, `gae`, `ppo_clip_loss`, `value_loss`, `AdaptiveKLController.update`; then train |
-# | §4 Systems view | memory of the four models, where the time goes, how runs fail |
-# | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did |
+# | §3 Implementation | fill in `last_response_index`, `shaped_rewards`, `gae`, `ppo_clip_loss`, `value_loss`, `AdaptiveKLController.update`; then train; then train a reward model from preferences and watch PPO over-optimise it (§3.7–3.8) |
+# | §4 Systems view | memory of the four models, where the time goes, how runs fail; RLOO and GRPO measured against the critic (§4.5) |
+# | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did; the recipes that replaced them; the libraries' defaults and the knobs of 2025–26 long-response training |
 # | §6 Interview questions | answers hidden until you click |
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
 # | References | the papers and code the prose cites by author and year |
@@ -1072,7 +1072,7 @@ for row in samples:
     print(decode(row))
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cf2bd574358ef3cfd9ada414c8830735", "grade": false, "grade_id": "30_implementation-29", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d811d8eaa942bc9340a2d7ee6e6d58b5", "grade": false, "grade_id": "30_implementation-29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Read the curves together. The reward climbs as `good` becomes more likely; the KL climbs with it
 # and overshoots the target, because the controller may change $\beta$ only a little per step (the
 # cell above prints by how much). $\beta$ then rises and pulls the KL back toward the target, and
@@ -1082,7 +1082,7 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 #
-# **Before and after, and a length hack.** The log holds the very first batch, sampled by the
+# **Before and after, and where the length comes from.** The log holds the very first batch, sampled by the
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
@@ -1130,17 +1130,20 @@ show(
     f"tokens, and the share of responses ending in <|end|> falls from {end_share[0]:.0%} to {end_share[-1]:.0%}.",
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "591c0d59490fe85b240140959d6a3a6b", "grade": false, "grade_id": "30_implementation-31", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "aa6c6cad9c4b5fc2ff4d91af30b90407", "grade": false, "grade_id": "30_implementation-31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The policy did what the reward asked, and part of how it did it is worth naming. A response can
 # hold more `good` tokens only if it is long enough, and `<|end|>` spends a position on something
 # that scores nothing, so the policy learned to stop less often: the share of responses that end in
 # `<|end|>` falls, to almost none around the reward peak, and the mean length climbs to the 8-token
 # cap (the table above prints both ends of the run). Only once $\beta$ has risen and the KL budget
 # binds does a little of the stopping come back.
-# That is a *length hack* in miniature, the same pattern as a real reward model that prefers longer
-# answers: the proxy reward goes up partly through a property (length) that nobody asked for. Here
-# the KL fee limits it; at scale it is why practitioners plot response length next to the reward
-# (§4.3's first row, and Q6 of §6).
+# This is not a hack of the reward: the reward here is the true objective, and it favours length,
+# because a longer response has room for more `good` tokens. What it shows is the *mechanism* of a
+# length hack in miniature: the policy pushes up whatever property the reward pays for, wanted or
+# not. When the reward is a learned model that merely prefers longer answers, the same push raises
+# the reward through a property nobody asked for (§3.8 measures that case). Here the KL fee limits
+# the push; at scale it is why practitioners plot response length next to the reward (§4.3's first
+# row, and Q6 of §6).
 #
 # **Special tokens inside a response.** The sampler draws from the whole vocabulary, so the policy
 # can and does emit `<|pad|>` and `<|bos|>` in the middle of a response (the table prints their
@@ -1681,7 +1684,7 @@ print(
 # seed, each smoothed by a running mean over five steps; the right panel is a control explained
 # below.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "45a000d7035f2818f2c782c20b037435", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c514ace33ea807795a87a74f93e97a89", "grade": false, "grade_id": "35_reward_model-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def gold_z(results: dict, run: dict, control: bool = False) -> list[float]:
     """A run's gold in the proxy's units: minus gold's mean, over its std, on the initial policy's
     samples the run's reward model was normalised on (so both start near 0, in the same unit)."""
@@ -1786,22 +1789,29 @@ def plot_overoptimisation(results: dict):
 
 rm_summary = summarise(rm_results)
 rm_rows = [
-    "| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
-    "| length end |",
+    "| beta | gold start | gold peak (largest step mean) | gold end | proxy end | KL at peak (nats) "
+    "| KL end (nats) | length end (tokens) |",
     "|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
+rm_peak_z = {}
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_rows.append(
-        f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
-        f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    rm_peak_z[str(beta)] = statistics.fmean(  # each run's gold at its own peak step, proxy's std
+        max(gold_z(rm_results, r)) for r in rm_results["runs"][str(beta)]
     )
+    rm_rows.append(
+        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z[str(beta)]:+.2f} | {s['gold_final_z']:+.2f} | "
+        f"{s['proxy_final']:+.2f} | {s['kl_at_peak']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    )
+display(
+    Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):")
+)
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(
-    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+    f"beta {rm_low}: gold falls from its peak {rm_peak_z[rm_low]:+.1f} std to "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std while the proxy ends at "
+    f"{rm_summary[rm_low]['proxy_final']:+.1f} std"
 )
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "18148a1ef83ddca00632128e36e9dcee", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1816,7 +1826,7 @@ show(
     "and proxy rise together and stay together.",
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd69e3ab2f69eb3cdccf3b50bbcf0708", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a69608116571986559eb5fc9c22801f5", "grade": false, "grade_id": "35_reward_model-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 rm_equal = gold_at_equal_kl(rm_results)
 rm_d = [
     d for d in next(iter(rm_equal.values())) if all(row[d] is not None for row in rm_equal.values())
@@ -1843,8 +1853,18 @@ print(
     f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
     f"{rm_spread:.2f} std"
 )
+rm_top = {d: max(rm_equal, key=lambda b: rm_equal[b][d]) for d in rm_d}
+rm_lead = [
+    sorted(row[d] for row in rm_equal.values())[-1]
+    - sorted(row[d] for row in rm_equal.values())[-2]
+    for d in rm_d
+]
+print(
+    f"highest gold at each sqrt(KL): beta {', '.join(sorted(set(rm_top.values())))}, ahead of the "
+    f"next beta by {min(rm_lead):.2f} to {max(rm_lead):.2f} std"
+)
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2ff69d86de07a790fa38752a2b2adc3", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ec87290d6c4d090da59e656c59bd0b34", "grade": false, "grade_id": "35_reward_model-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # What the runs show (the cells above print the numbers):
 #
 # - **The proxy is not the goal.** With the smallest $\beta$ the policy learns to write `good` in
@@ -1866,10 +1886,14 @@ print(
 #   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
 #   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
 #   penalty did not raise the gold score reached at a given KL, and that its effect was like
-#   stopping the run earlier on the same curve. The toy agrees: the last table reads gold at equal
-#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by a fraction of a standard deviation
-#   (the cell prints the largest gap), while where the runs *end* differs by several (the first
-#   table's last columns): $\beta$ chose how far along the curve each run went.
+#   stopping the run earlier on the same curve, and they note that this KL result depended on their
+#   hyperparameters. The toy's last table reads gold at equal $\sqrt{\mathrm{KL}}$ for each $\beta$.
+#   Taken exactly, the largest $\beta$ is ahead at every $\sqrt{\mathrm{KL}}$ where all three get
+#   there, by a tenth of a standard deviation or so (the cell prints the range), so the toy leans
+#   slightly towards a fee that helps per nat. Three seeds, one reward model each, cannot tell a
+#   lead that small from noise. What it can tell: where the runs *end* differs by several standard
+#   deviations (the first table), far more than the rows of the last one: $\beta$ chiefly chose how
+#   far along the curve each run went.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`
@@ -1922,11 +1946,15 @@ print(
     f"{rm_summary[rm_low]['gold_final_z']:+.1f} std"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2559d826148e4f37d28a1896f3c5f4f9", "grade": false, "grade_id": "35_reward_model-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0dc25459c1b542983afe282338039ec5", "grade": false, "grade_id": "35_reward_model-21", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # With a monotone gold the same PPO, the same $\beta$ and a reward model fitted on the same kind of
 # pairs travel just as far in KL, and gold climbs with the proxy the whole way. The policy's
 # pressure was the same in both experiments; what differed is whether the proxy was wrong where the
 # policy went. Over-optimisation needs both, and on the toy the second was put there on purpose.
+# The control is also an easy case for the reward model: its gold is a single feature, the count of
+# `good`, which is exactly what the model learns to count, so its extrapolation happens to be right.
+# A real reward model sums many features learned from limited data, and a policy finds the ones
+# that extrapolate wrongly; a clean control on the toy says nothing about that.
 #
 # The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
 # stop), which limits how far the policy travels; reward models trained on fresh samples of the
@@ -1934,7 +1962,13 @@ print(
 # (Coste et al., 2023, found that optimising an ensemble's worst case or an uncertainty-penalised
 # mean largely prevents over-optimisation; Eisenstein et al., 2023, that members which share an
 # error agree on it, so an ensemble mitigates reward hacking but does not remove it); and explicit
-# length control.
+# length control. Two later designs make one reward model do the work of several. WARM (Ramé et
+# al., 2024, arXiv:2401.12187) fine-tunes several reward models from a shared initialisation and
+# averages their *weights* rather than their outputs, which costs one model at inference and is more
+# robust under distribution shift and to inconsistent labels than a single model. ODIN (Chen et al.,
+# 2024, arXiv:2402.07319) trains a reward model with two heads, one made to track length and one
+# made uncorrelated with it, and uses only the second during RL, so the policy earns nothing by
+# length alone (the mechanism §3.6 shows).
 
 # %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "a2c669cb4ca1fe40fb96cc164f34da96", "grade": false, "grade_id": "40_systems-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4. Systems view: memory, time, and what breaks
@@ -2397,7 +2431,7 @@ openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generat
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9636de7f44c613fc78c8eb86134ecce4", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0b25eba63660b9303529f08597f5a191", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2422,8 +2456,9 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # many FLOPs each weight byte serves (the batch) and by how long responses are, and a sampler that
 # re-reads its whole prefix, the naive one here, turns a linear cost into a quadratic one.
 #
-# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, "High
-# performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
+# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, the
+# "vLLM Inference Acceleration + AutoTP" item of its feature list; older READMEs put the same
+# sentence under "High performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
 # High-performance RLHF Framework*, arXiv:2405.11143; [H100] NVIDIA H100 Tensor Core GPU datasheet,
 # SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
@@ -2448,6 +2483,17 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
 #    exercise 5 measures both designs on the toy.
 #
+# The second design is what the fully asynchronous systems of 2025 are built on. AReaL (Fu et al.,
+# 2025, arXiv:2505.24298) lets its rollout workers generate without waiting for the trainer, which
+# trains on whatever batch is ready; it trains with the decoupled objective, using the policy from
+# before the current update as the proximal one, and it sets a maximum staleness, the number of
+# policy versions the sampler may run behind, trading throughput against how off-policy the data
+# may get. PipelineRL (Piché et al., 2025, arXiv:2509.19128) goes further: new weights
+# are loaded into the inference engine *while* sequences are being generated, so one response can be
+# written by several consecutive policies, and the data stays close to on-policy without the engine
+# ever idling for a weight update. In both, the record of which weights produced each token, and the
+# behaviour weight computed from it, is what keeps the update correct.
+#
 # What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
 # quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
 # remains even in synchronous training: at the same weights an inference engine's kernels do not
@@ -2468,28 +2514,48 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
 # policy samples, the fp32 policy scores the same tokens.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "53c34e10d693076011b9b20e9577a80c", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "33f5fdd6a31390aef0ba378195d08f45", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import precision_mismatch
 
-mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
+mm_rows = [
+    "| engine | response tokens | mean, max abs log-prob gap | vllm_kl | tokens outside [0.5, 5] "
+    "| per-response geometric-mean ratio |",
+    "|---|---|---|---|---|---|",
+]
+mm_by_dtype = {}
+for mm_name, mm_dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+    mm = precision_mismatch(
+        policy, prompts, 8, engine_dtype=mm_dtype, generator=torch.Generator().manual_seed(0)
+    )
+    mm_by_dtype[mm_name] = mm
+    mm_rows.append(
+        f"| {mm_name}, scored in fp32 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
+        f"| {mm['kl']:+.1e} | {mm['outside_band']:.1%} "
+        f"| {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f} |"
+    )
+display(Markdown("\n".join(mm_rows)))
 print(
-    f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
-    f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}"
-)
-print(
-    f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
-    f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}"
+    "mean gap, bf16 engine / fp16 engine: "
+    f"{mm_by_dtype['bf16']['mean_abs'] / mm_by_dtype['fp16']['mean_abs']:.0f}x"
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "023decf78d54356164ef9b9d05e3bc51", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# On the toy the gap is real but small (the cell prints it): bf16 keeps about three significant
-# digits, each log-prob moves by far less than the band allows, and no token comes near the band's
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8f8798abe33079c5f4051a8a5b722534", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# On the toy the gap is real but small (the table prints it): bf16 has an 8-bit significand, two to
+# three decimal digits, each log-prob moves by far less than the band allows, and no token comes near the band's
 # edges, so on eight-token responses every correction above is a no-op. The same effect grows into
 # a training instability at scale: thousands of tokens per response (a sequence-level ratio
 # multiplies thousands of per-token ones), vocabularies of 100k tokens whose tail probabilities
-# bf16 rounds hardest, and expert routing that can flip between engine and trainer. Llama 2's
+# bf16 rounds hardest, and expert routing that can flip between engine and trainer.
+# fp16 spends the same 16 bits on an 11-bit significand and a narrower exponent range; the table's
+# second row shows what that buys at equal weights, and Qi et al. (2025, arXiv:2510.26788) found that
+# running both engine and trainer in fp16 instead of bf16 shrinks the mismatch enough to remove much
+# of the instability that the corrections above were built to tame (the narrower range then needs
+# loss scaling). For mixture-of-experts models the router is a mismatch of its own: the engine and
+# the trainer can send a token to different experts, and routing replay records the engine's
+# choices during sampling and reuses them in the trainer's forward pass (Rollout Routing Replay,
+# arXiv:2510.11370). Llama 2's
 # report describes one more cost of sampling inside the trainer: with FSDP, sampling was very slow
 # until the full weights were gathered onto each node once before generation and freed afterwards.
 #
@@ -2526,11 +2592,11 @@ print(
 # | Method | Needs | Models held during training | Strengths | Weaknesses | Pick it when |
 # |---|---|---|---|---|---|
 # | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; tuned with care, it beat DPO across dialogue and code benchmarks (Xu et al., 2024), while against critic-free RLOO and GRPO the evidence is mixed (Ahmadian et al., 2024, report RLOO ahead; §4.5's toy ties) | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
-# | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap | Pairs only, limited compute, or very large models (Llama 3's choice) |
+# | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap (Tajwar et al., 2024, arXiv:2404.14367) | Pairs only, limited compute, or very large models (Llama 3's choice) |
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$ (an upper bound, Beirami et al., 2024); explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "164f47dc4a4c1838db9064174cf9dcdf", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "c75556fa64803eaeeac03286fc0a7c5a", "grade": false, "grade_id": "45_critic_free-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### 4.5 Without a critic: RLOO and GRPO next to GAE, measured
 #
 # In §3 the critic has one job: a baseline $V(s_t)$ that lowers the variance of the advantage
@@ -2550,7 +2616,7 @@ print(
 #   barely. DeepSeekMath puts the KL to the reference in the loss (the $k_3$ estimator) rather
 #   than in the reward.
 #
-# The comparison below has five arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
+# The comparison below has six arms. Every arm draws 64 responses per step (GAE: 64 prompts; the
 # others: 16 prompts, $k = 4$ each) and runs for 40 steps on three seeds; the sweep is cached like
 # §3.8's. The first three change only the advantage, and their names say what they are:
 #
@@ -2563,18 +2629,26 @@ print(
 #   unclipped gradient step per batch. And with a token mean over the batch, GRPO's length bias
 #   (below) cannot appear.
 #
-# Two more arms follow the published objectives, with everything else (samples, epochs, clip,
-# learning rate) unchanged:
+# Three more arms use the published objectives, with everything else (samples, epochs, clip,
+# learning rate, $\beta$) kept at the chapter's settings, which are not DeepSeekMath's:
 #
-# - **GRPO as published** (Shao et al., 2024): the group-normalised advantage of the score alone,
+# - **GRPO's objective, chapter's settings** (the objective of Shao et al., 2024): the
+#   group-normalised advantage of the score alone,
 #   the KL to the reference as a $k_3$ term *in the loss* with coefficient $\beta$, and each
 #   response's token terms averaged within the response before averaging over responses. That
 #   per-response mean gives every token of a long response less weight than a token of a short
-#   one, in the gradient that rewards and in the one that punishes.
+#   one, in the gradient that rewards and in the one that punishes. DeepSeekMath ran it with a KL
+#   coefficient of 0.04 and a single policy update per batch of samples, so that the ratio stays 1
+#   and the clip never acts; this arm keeps the chapter's $\beta = 0.3$ and four clipped epochs. It
+#   is the objective as published, not the run as published.
+# - **The same, no division by the group std**: an ablation that changes one thing, the advantage
+#   becomes the score minus its group mean, so the table can show which part of the objective sets
+#   the arm's KL.
 # - **Dr. GRPO** (Liu et al., 2025, arXiv:2503.20783) removes the two terms its authors found
 #   biased: no division by the group's standard deviation, and no division by the response's length
 #   (the token terms are summed and divided by a constant, the batch size times the longest
-#   allowed response). The $k_3$ term stays, so that only those two terms change.
+#   allowed response). The $k_3$ term stays, so that only those two terms change; against the
+#   ablation above it differs in the length normalisation alone.
 #
 # One asymmetry remains, and it favours the critic-free arms a little: the GAE arm trains policy and
 # critic with one Adam optimiser and clips the gradient norm at 1 over *both* networks' gradients
@@ -2643,7 +2717,7 @@ print(
 )
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7caffb9e75fa94efef228fce3eae0370", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bb6109b732a62079eecb0ee1ce8bc6b0", "grade": false, "grade_id": "45_critic_free-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def published_grpo_update(
     policy: nn.Module,
     opt: torch.optim.Optimizer,
@@ -2656,14 +2730,18 @@ def published_grpo_update(
     max_grad_norm: float,
     max_new_tokens: int,
     dr: bool = False,
+    divide_std: bool | None = None,
 ) -> None:
     """``epochs`` full-batch steps of GRPO's published objective (``dr=False``: group-normalised
-    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser)."""
+    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser).
+    ``divide_std`` (default: ``not dr``) switches the division by the group's std on its own."""
     m = roll["mask"]  # (B, T-1)
-    if dr:  # no division by the group's std
-        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
-    else:
+    if divide_std is None:
+        divide_std = not dr
+    if divide_std:
         adv = grpo_advantages(scores, k)  # (B,)
+    else:  # the group's mean subtracted, no division by its std
+        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
     budget = m.shape[0] * max_new_tokens if dr else None  # B x the longest allowed response
     params = [p for g in opt.param_groups for p in g["params"]]
     for _ in range(epochs):
@@ -2677,7 +2755,7 @@ def published_grpo_update(
         opt.step()
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a624f0b752f47e93145ff005d002a4d5", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "525b41420b37127e1819dc5cd504f4a9", "grade": false, "grade_id": "45_critic_free-5", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[str, float]]:
     """Per arm, over seeds: reward, KL and the regularised objective ``reward - beta * KL``, each
     averaged over the last ``last`` steps (mean, and min and max over seeds); ``early``: the
@@ -2736,7 +2814,7 @@ def plot_arms(results: dict):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C4"), strict=True):
+    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C5", "C4"), strict=True):
         runs = results["runs"][arm]
         for ax, field in zip(axes, ("reward", "kl", "length"), strict=True):
             data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)
@@ -2762,14 +2840,15 @@ def plot_arms(results: dict):
     return fig
 
 
-ARMS = ("gae", "rloo", "grpo", "grpo_published", "dr_grpo")
+ARMS = ("gae", "rloo", "grpo", "grpo_published", "grpo_published_no_std", "dr_grpo")
 
 
 LABELS = {
     "gae": "PPO: critic + GAE",
     "rloo": "PPO-clip, RLOO advantage",
     "grpo": "PPO-clip, group-normalised advantage",
-    "grpo_published": "GRPO as published",
+    "grpo_published": "GRPO's objective, chapter's settings",
+    "grpo_published_no_std": "the same, no division by the group std",
     "dr_grpo": "Dr. GRPO",
 }
 
@@ -2782,7 +2861,8 @@ cf_ppo = ("gae", "rloo", "grpo")  # the three arms that share PPO's update
 cf_obj = [cf_summary[a]["objective"] for a in cf_ppo]
 print(
     f"regularised objective, last 10 steps: {min(cf_obj):.2f} to {max(cf_obj):.2f} across the three "
-    f"PPO-update arms; GRPO as published {cf_summary['grpo_published']['objective']:.2f}, "
+    f"PPO-update arms; GRPO's objective {cf_summary['grpo_published']['objective']:.2f}, "
+    f"without the std division {cf_summary['grpo_published_no_std']['objective']:.2f}, "
     f"Dr. GRPO {cf_summary['dr_grpo']['objective']:.2f}"
 )
 print(
@@ -2800,36 +2880,112 @@ print(
     f"7B critic (16 B/param, §4.1): {human_bytes(16 * 7e9)} of static memory that RLOO and GRPO do not need"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "60ad112cafc4ca1194b33b2cc40e4940", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2c1d2c9d3a406392bf18f39da9012f45", "grade": false, "grade_id": "45_critic_free-6", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Where does credit assignment show? The toy's reward is a sum of per-token indicators, one for
+# each `good`, which is exactly what a learned $V(s_t)$ can credit token by token, so the question
+# is fair. The next cell reads two more measurements from the same cache. During each GAE run, on a
+# batch of 16 prompts with 4 samples each (drawn with a generator of its own, so training is
+# untouched), it computed every estimator's per-token advantage, GAE's from the critic as it stood
+# and RLOO's and GRPO's one per response, and correlated each with the indicator that the token is
+# `good`. And a second sweep runs the three PPO-update arms with 8 samples a step instead of 64,
+# where a critic's per-token credit might be worth more, recording the step at which each run's
+# reward, averaged over 5 steps, first reaches the threshold in the table's header.
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5c136780f4f94759d8595189ac85aa9e", "grade": false, "grade_id": "45_critic_free-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+def steps_to_threshold(reward: list[float], threshold: float, window: int = 5) -> int | None:
+    """The first step (1-based) at which the mean reward of the last ``window`` steps reaches
+    ``threshold``; None if it never does."""
+    for t in range(window, len(reward) + 1):
+        if statistics.fmean(reward[t - window : t]) >= threshold:
+            return t
+    return None
+
+
+def credit_summary(results: dict) -> dict[str, dict]:
+    """Per estimator: the correlation of its per-token advantage with the good-token indicator on
+    a batch of groups sampled in the GAE runs, after each number of updates (mean over seeds); and,
+    for the 8-samples-a-step sweep, each seed's step at which the smoothed reward first reaches the
+    threshold (None: never within the run) and its reward over the last 10 steps (seed mean)."""
+    out, threshold = {}, results["credit_config"]["threshold"]
+    runs = results["runs"]["gae"]
+    points = sorted(runs[0]["credit"], key=int)
+    for name in ("gae", "rloo", "grpo"):
+        sweep = results["credit_runs"][name]
+        out[name] = dict(
+            corr={u: statistics.fmean(r["credit"][u][name] for r in runs) for u in points},
+            steps=[steps_to_threshold(r["reward"], threshold) for r in sweep],
+            reward=statistics.fmean(statistics.fmean(r["reward"][-10:]) for r in sweep),
+        )
+    return out
+
+
+def format_credit_table(credit: dict, config: dict) -> str:
+    """A Markdown table, one row per estimator; ``config`` is the cache's ``credit_config``."""
+    points = list(next(iter(credit.values()))["corr"])
+    lines = [
+        "| advantage | "
+        + " | ".join(f"corr after {u} update{'' if u == '1' else 's'}" for u in points)
+        + f" | steps to {config['threshold']:g}, {config['prompts'] * config['k']} samples a step "
+        "| reward, last 10 |",
+        "|---" * (len(points) + 3) + "|",
+    ]
+    for name, c in credit.items():
+        steps = ", ".join("never" if t is None else str(t) for t in c["steps"])
+        corr = " | ".join(f"{c['corr'][u]:+.2f}" for u in points)
+        lines.append(f"| {LABELS[name]} | {corr} | {steps} | {c['reward']:.2f} |")
+    return "\n".join(lines)
+
+
+cf_credit = credit_summary(cf_results)
+display(Markdown(format_credit_table(cf_credit, cf_results["credit_config"])))
+
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bb403bbca608947436b15faee2b58567", "grade": false, "grade_id": "45_critic_free-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Demonstration only: the autograder skips this cell.
 show(
     plot_arms(cf_results),
-    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for five arms: reward, "
+    alt="Three panels over 40 steps, mean of three seeds with min-max bands, for six arms: reward, "
     "KL to the reference and mean response length. The three arms with PPO's update (critic and "
     "GAE, RLOO advantage, group-normalised advantage) rise together from about 0.5 to about 5 good "
-    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO as published rises more slowly "
-    "to about 3.3 at about half the KL; Dr. GRPO lies between, close to the first three. Every "
-    "arm's response length climbs from about 6 to nearly the maximum of 8 tokens.",
+    "tokens within 15 steps and overlap, at a KL near 10 nats; GRPO's objective at the chapter's "
+    "settings rises more slowly to about 3.3 at about half the KL; the same objective without the "
+    "division by the group std, and Dr. GRPO, lie close to the first three. Every arm's response "
+    "length climbs from about 6 to nearly the maximum of 8 tokens.",
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "d000841ff16ff66a564c2ef7768c67d5", "grade": false, "grade_id": "45_critic_free-7", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "f56baf0444efcee76478a064efc69b56", "grade": false, "grade_id": "45_critic_free-9", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Where each wins, on this measurement (the table and the cell above give the numbers):
 #
-# - **The three PPO-update arms: a tie.** With the same samples, the same KL fee and advantages of
-#   the same scale, they end at the same reward, KL and regularised objective, within the spread
-#   over seeds, and none is ahead over the first ten steps on every seed. The toy's reward is one
-#   number at the end of at most eight tokens, with nothing for token-level credit to find, so a
-#   learned $V(s_t)$ has little to add over a group baseline.
-# - **The published objectives optimise a different thing.** GRPO as published ends with less
-#   reward at about half the KL, and a lower value of the regularised objective the table scores
-#   every arm on. That is not a worse algorithm so much as a different regulariser: its $k_3$ term
-#   is averaged per token, and, as §5's gradient cell shows, its expected gradient is that of the
-#   reverse direction $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$, so the same $\beta$ buys a
-#   different trade. Dr. GRPO, whose summed loss weights every token alike and whose advantage is
-#   not rescaled per group, lands close to the PPO-update arms.
+# - **The three PPO-update arms: a tie, and why.** With the same samples, the same KL fee and
+#   advantages of the same scale, they end at the same reward, KL and regularised objective, within
+#   the spread over seeds, and none is ahead over the first ten steps on every seed. It is not that
+#   there is no credit to find. After the first update GAE's advantage is the one most correlated
+#   with `good` tokens, by a few hundredths. But every arm climbs to the same $\beta$-regularised
+#   optimum within about 15 steps: responses are at most 8 tokens long, and 64 samples a step give
+#   a sequence-level baseline plenty to average over. Near that optimum one more `good` token earns
+#   about what its KL fee costs, and GAE's per-token advantage, which charges each token its own
+#   fee, says so first: by 9 updates its correlation with `good` is gone while the sequence-level
+#   advantages still carry theirs, and by the end all three are at or a little below zero. There
+#   is then nothing
+#   left that better credit could buy.
+# - **Fewer samples a step: the critic is the slower arm.** With 8 samples a step instead of 64,
+#   the GAE arm needs more steps to reach the threshold than either critic-free arm on every seed
+#   (the credit table's steps column), and all three end at about the same reward. A critic that
+#   must itself be learned from those few samples costs more at the start than its per-token
+#   credit repays on eight-token responses.
+# - **GRPO's objective at the chapter's settings: the std division sets its KL.** It ends with less
+#   reward at about half the KL of the PPO-update arms, and a lower value of the regularised
+#   objective the table scores every arm on. The ablation says where the gap comes from. Remove
+#   only the division by the group's standard deviation, keeping the $k_3$ term and the
+#   per-response mean, and the arm ends at the KL and objective of Dr. GRPO, close to the
+#   PPO-update arms; Dr. GRPO then also drops the per-response mean and changes little more. So it
+#   is not the $k_3$ term, which all three of these arms share, nor the length normalisation: it
+#   is the division, which rescales every group's advantages while the weight $\beta$ of the KL
+#   term stays fixed, and so changes the balance between the two. With DeepSeekMath's own
+#   $\beta = 0.04$ and a single update per batch the balance would be a different one again.
 # - **Length: no bias to see here.** Every arm's responses grow towards the 8-token maximum,
-#   because more tokens leave room for more `good`; the per-response mean of GRPO as published
+#   because more tokens leave room for more `good`; the per-response mean of GRPO's objective
 #   does not lengthen them further (the table's length columns). Liu et al.'s length bias needs
 #   room to show: it lets long *wrong* responses cost less per token, which matters when responses
 #   run to thousands of tokens and most of them fail, not on eight-token responses whose reward
@@ -2846,8 +3002,26 @@ show(
 # as this one: Xu et al. (2024) found that PPO, tuned carefully, beats DPO across dialogue and code
 # benchmarks, while Ahmadian et al. (2024) report RLOO ahead of PPO on theirs, so a weak result for
 # any method may be a weakly tuned baseline.
+#
+# **Beyond RLOO and GRPO.** Three more critic-free designs are common in 2026 code:
+#
+# - *REINFORCE++* (Hu, 2025, arXiv:2501.03262) keeps PPO's tricks (clipped ratio, KL fee per
+#   token) and normalises advantages over the whole batch rather than per prompt; its baseline
+#   variant for groups subtracts the group's mean and then whitens over the batch. That is the
+#   advantage of this section's *PPO-clip, RLOO advantage* arm (RLOO's $k/(k-1)$ factor disappears
+#   in the whitening); the group-normalised arm differs from it only by the division by each
+#   group's standard deviation.
+# - *CISPO* (MiniMax, 2025, arXiv:2506.13585) clips the importance weight $\pi_\theta/\pi_{\text{old}}$
+#   instead of the update: the clipped weight is held constant (no gradient through it) and
+#   multiplies a REINFORCE term $A\log\pi_\theta$, so a token outside the band still contributes a
+#   bounded gradient where PPO's clip would drop it. The authors found that PPO's clip removed the
+#   gradient of rare tokens that matter for long chains of thought.
+# - *Dynamic sampling* (DAPO, Yu et al., 2025, arXiv:2503.14476): a group whose responses all get the
+#   same reward has zero advantage everywhere (the first cell of this section prints that case),
+#   so DAPO samples more prompts than it needs and keeps only groups whose rewards differ, until
+#   the batch is full, so every sample in it carries a gradient.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "97b33e6bdebb7cd48aa633d552d50c23", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5a08b243572f2705eb63e4cdecc0d5e8", "grade": false, "grade_id": "50_production-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5. In production
 #
 # Four public recipes show how far the §3 algorithm travels and where teams departed from it. Each
@@ -2902,7 +3076,34 @@ show(
 # for anyone copying the recipe: the reward model did not disappear (it selects the rejection-sampling
 # winners), and DPO got two stabilisers, masking formatting tokens out of the loss and adding an NLL
 # term on the chosen response. Lesson: at the largest scale the four-model memory bill and the
-# generation cost of §4 can outweigh PPO's advantage in optimising a learned reward.
+# generation cost of §4 are what the team weighed, and a cheaper offline method inside an
+# on-policy loop of fresh samples and fresh reward models was judged the better trade.
+#
+# **Since 2025: verifiable rewards.** The recipes a reader now meets first are built around rewards
+# that a program checks rather than a model predicts. Tülu 3 (Lambert et al., 2024,
+# arXiv:2411.15124) named the stage *reinforcement learning with verifiable rewards* (RLVR): after
+# SFT and DPO, PPO optimises a reward that is paid only when the answer to a maths problem is
+# correct or an instruction's checkable constraint is met, with the usual KL fee to the reference.
+# DeepSeek-R1 (DeepSeek-AI, 2025, arXiv:2501.12948) runs GRPO at scale on rule-based rewards, for
+# correct answers and for the required output format, and says why it did not use a learned reward
+# model for reasoning: in large-scale RL a neural reward model invites reward hacking, and
+# retraining it adds cost and complexity. Its R1-Zero variant applies that RL directly to the base
+# model with no supervised stage before it, and long chains of thought emerge from the reward alone;
+# the released R1 adds a small cold-start SFT set for readability and a final RL stage that mixes
+# rule-based and learned rewards. The PPO machinery of this chapter carries over unchanged; what
+# moved is the reward (§3.8's over-optimisation is why) and, with long responses, the knobs at the
+# end of this section.
+#
+# **Scaling RL compute.** Khatri et al. (2025, arXiv:2510.13786, "ScaleRL") ran RL for LLMs over
+# hundreds of thousands of GPU-hours and fitted each recipe's validation pass rate against compute
+# with a sigmoid, which has two parameters a design review cares about: the asymptote the curve
+# saturates at, and how much compute it takes to get halfway there. They report that a few
+# choices moved the asymptote, among them the loss (the CISPO objective below came out ahead of
+# DAPO's) and computing the language-model head in fp32 (the §4.2 mismatch again), while many
+# others, such as how the loss is aggregated or the advantage normalised, mostly changed how fast
+# the asymptote is reached. Their combined recipe uses asynchronous PipelineRL-style generation
+# (§4.2), the CISPO loss and the fp32 head. The practical lesson: a recipe that wins a short run may
+# only be faster, and comparing at one compute budget cannot tell the two apart.
 #
 # ### Practical notes: the same algorithm, different code
 #
@@ -2969,7 +3170,7 @@ print(
     f"mixing the units (horizon in samples, n_steps=1): beta = {wrong:.6f}, a controller {batch}x too slow"
 )
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "908b368a5a782816987e80d0498bceda", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e8cca71b082fcdc7a29544bb5d3364e1", "grade": false, "grade_id": "50_production-2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Three more habits of production code worth copying:
 #
 # - **Choose the KL estimator for where it is used.** Inside the reward (no gradient flows through
@@ -2980,7 +3181,7 @@ print(
 #   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
-#   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
+#   8-GPU run train different models.
 # - **Monitor drift, do not trust the clip.** Log an approximate KL between the sampling policy and
 #   the updated one and stop the epochs of a step when it passes a threshold, as `ppo_update` does
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
@@ -2999,9 +3200,12 @@ print(
 # the cell below takes $\pi_\theta = \mathrm{softmax}(\theta)$ over six tokens and a fixed reference,
 # and computes the *expected* gradient of three per-sample losses: $k_1$ and $k_3$ as losses, and
 # $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
-# It compares them with the exact gradients of the two KL directions.
+# A fourth line takes $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$ as the loss: its
+# gradient per sample is $(\log\pi_\theta - \log\pi_{\text{ref}})\nabla\log\pi_\theta$, the same
+# as $k_1$'s in the reward. The cell compares all four with the exact gradients of the two KL
+# directions.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "16af9c7fa2a1f40b5977c2b269950223", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4fc4b9d79c44476c8c15ef2c13ff23bd", "grade": false, "grade_id": "50_production-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 g6 = torch.Generator().manual_seed(0)
 theta = torch.randn(6, generator=g6, dtype=torch.float64, requires_grad=True)  # policy logits
 logp_ref6 = torch.log_softmax(torch.randn(6, generator=g6, dtype=torch.float64), dim=0)
@@ -3023,6 +3227,7 @@ reverse_kl = exact_grad(
 forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
 grads = {
     "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
+    "k2 as a loss": expected_grad(lambda lp: 0.5 * (lp - logp_ref6) ** 2),
     "k3 as a loss": expected_grad(lambda lp: (logp_ref6 - lp).exp() - 1 - (logp_ref6 - lp)),
     "k1 as a reward": expected_grad(lambda lp: (lp - logp_ref6).detach() * lp),
 }
@@ -3036,16 +3241,25 @@ assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64)
 assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
     grads["k1 as a reward"], reverse_kl
 )
+assert torch.allclose(grads["k2 as a loss"], reverse_kl)  # on-policy: the same as k1 in the reward
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4f01cab7454020fc303a78321501091b", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Three different answers. $k_1$ used as a loss has zero expected gradient, because
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "9d3b9f5bf6d620e1616dd729905ad5c1", "grade": false, "grade_id": "50_production-4", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Three different answers among four estimators. $k_1$ used as a loss has zero expected gradient, because
 # $\mathbb E_\pi[\nabla\log\pi] = 0$: it regularises nothing. $k_3$ used as a loss has gradient
 # $(1 - \pi_{\text{ref}}/\pi_\theta)\nabla\log\pi_\theta$, whose expectation is the gradient of the
 # *other* direction, $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$: a sensible regulariser, but not the
 # reverse KL the objective of §2.1 names, and the two part ways as the policy moves away from the
 # reference. Only $k_1$ in the reward, weighting $\nabla\log\pi_\theta$ like any other reward, gives
 # the gradient of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, which is why this chapter (like
-# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there. Over a sequence there is a
+# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there, and $k_2$ used as a loss
+# gives the same expected gradient, so it is the estimator to pick when the KL must sit in the loss.
+# As an estimate of the reverse KL, $k_3$-as-loss is therefore a biased, first-order stand-in: its
+# gradient matches the reverse KL's only while $\pi_{\text{ref}}/\pi_\theta$ stays close to 1. Both
+# statements assume the samples come from $\pi_\theta$ itself. In PPO's later epochs, or with a
+# stale sampler, they come from $\pi_{\text{old}}$, and a KL loss then needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ on each token to keep its gradient right; Liu et al. (2025,
+# arXiv:2510.01555) work through which estimator-and-placement combinations give the correct
+# gradient on and off policy. Over a sequence there is a
 # second catch that a single distribution cannot show: a per-token KL loss ignores how the current
 # token changes the distribution of the later ones, so it is a partial gradient at best (Tang and
 # Munos, 2025).
@@ -3097,7 +3311,7 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # generated trainer config, `verl/trainer/config/_generated_ppo_trainer.yaml`, and the dual clip from
 # `compute_policy_loss_vanilla` in `verl/trainer/ppo/core_algos.py`.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "b069418c7221004b2eb49875dc872c84", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "814abfc8cba9437f3790c4ba8aa5a471", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
     "beta (KL coefficient)": (
@@ -3151,6 +3365,12 @@ library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepS
         "1 (`ppo_epochs`)",
         "1 (`--ppo_epochs`)",
     ),
+    "optimiser steps per rollout batch": (
+        "4 (4 epochs x `num_mini_batches` 1)",
+        "8 (`--rollout.batch_size` 1024 / `--train.batch_size` 128, one epoch)",
+        "4 (`data.train_batch_size` 1024 / `ppo_mini_batch_size` 256, one epoch)",
+        "1 (a generation batch of 16 per device, training minibatches of 16, one epoch)",
+    ),
 }
 c = CHAPTER_RUN
 chapter = [
@@ -3165,6 +3385,7 @@ chapter = [
     "k1 in the reward",
     "masked token mean",
     f"{c.ppo_epochs}",
+    f"{c.ppo_epochs} (one full-batch step per epoch)",
 ]
 rows = [
     "| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
@@ -3178,15 +3399,22 @@ for (name, (trl, openrlhf, verl, dschat)), ours in zip(
     rows.append(f"| {name} | {trl} | {openrlhf} | {verl} | {dschat} | {ours} |")
 display(Markdown("\n".join(rows)))
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "47d87c0d5a5937c9c9b4de36b4f8bd40", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Four things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
-# result reported "with default settings" says little until you know which library. $\beta$ differs
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ab9e1a27709d70b684c41feebd416b2a", "grade": false, "grade_id": "50_production-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Four things stand out. On $\lambda$ and the value clip the stacks form two camps (TRL and
+# DeepSpeed-Chat: $\lambda = 0.95$, value clip 0.2; OpenRLHF and verl: $\lambda = 1$, value clip
+# 0.5), and on the reward clip they go three ways (none, $\pm 5$, $\pm 10$), so a result reported
+# "with default settings" says little until you know which library. $\beta$ differs
 # by a factor of ten where there is one, verl's default run has no KL term at all, and none of the
 # stacks adapts $\beta$ by default, while this chapter does (§2.4). The language-model stacks weight
 # the critic less than the control-task default this chapter borrowed from CleanRL, or give it a
-# separate optimiser altogether (§2.3). And the newer stacks take one pass over each batch where TRL
-# and this chapter take four, which makes the clip matter less and the dual clip a guard for the
-# rare token whose ratio is already far off when the update starts.
+# separate optimiser altogether (§2.3). And the newer stacks run one epoch over each batch where TRL
+# and this chapter run four, but one epoch is not one step: OpenRLHF's defaults split the rollout
+# batch into 8 optimiser steps and verl's into 4 (the table's last row), and from the second of
+# those steps on the policy has moved since the batch was sampled, so the ratio leaves 1 and the
+# clip binds exactly as it does in a later epoch. The dual clip guards the tokens whose ratio is
+# already far off: after many minibatch steps, when the sampler ran a few updates behind (§4.2's
+# asynchronous rollouts), or when the inference engine's numbers differ from the trainer's
+# (§4.2's mismatch).
 #
 # **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
 # response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
@@ -3196,6 +3424,12 @@ display(Markdown("\n".join(rows)))
 #   with $\epsilon_{\text{high}} > \epsilon_{\text{low}}$ (0.28 against 0.2 in DAPO, Yu et al., 2025,
 #   arXiv:2503.14476), so unlikely tokens with a positive advantage can grow further and the entropy
 #   does not collapse; OpenRLHF exposes it as `--actor.eps_clip_low_high`.
+# - *Entropy by covariance.* Cui et al. (2025, arXiv:2505.22617) trace the collapse of the policy's
+#   entropy to one quantity: under a softmax policy, a step lowers the entropy in proportion to the
+#   covariance between a token's log-probability and its advantage, so confident tokens that are
+#   also rewarded drain it fastest. Their Clip-Cov and KL-Cov pick out the few tokens with the
+#   highest covariance and cut their gradient or add a KL term on them alone, a narrower tool than
+#   clip-higher, which widens the band for every token.
 # - *Dual clip.* For $A < 0$ the unclipped side of the surrogate is unbounded as $r \to \infty$; dual-clip
 #   PPO (Ye et al., 2020, arXiv:1912.09729) caps that loss at $c \cdot |A|$ for a constant $c > 1$
 #   (OpenRLHF's `--actor.dual_clip`).
@@ -3222,7 +3456,8 @@ display(Markdown("\n".join(rows)))
 #   both: keeping value pretraining and the decoupled $\lambda$, it makes the policy's $\lambda$
 #   depend on the response's length $\ell$, $\lambda_{\text{policy}} = 1 - 1/(\alpha\ell)$, so that
 #   a long response's advantages reach further back than a short one's, and adds clip-higher, the
-#   token-level loss and group sampling.
+#   token-level loss, group sampling and a language-model (negative log-likelihood) loss on the
+#   responses that were judged correct.
 # - *A sequence-level ratio.* GSPO (Zheng et al., 2025, arXiv:2507.18071) replaces the per-token
 #   ratio with the response's length-normalised likelihood ratio (the geometric mean of its token
 #   ratios) and clips whole responses, which its authors found more stable for mixture-of-experts
@@ -3230,7 +3465,16 @@ display(Markdown("\n".join(rows)))
 # - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
 #   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
 #   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
-#   parameter).
+#   parameter). Three results argue for keeping some anchor. ProRL (Liu et al., 2025,
+#   arXiv:2505.24864) trains for far longer than usual and keeps a KL penalty, resetting the
+#   reference to the current policy from time to time so that the penalty stabilises without
+#   freezing progress. RL's Razor (Shenfeld et al., 2025, arXiv:2509.04259) finds that how much a
+#   fine-tuned model forgets of its earlier abilities is predicted by how far it moved, measured as
+#   the KL from the base model on the new task's inputs, and that on-policy RL forgets less than
+#   supervised fine-tuning because it moves less. And Yue et al. (2025, arXiv:2504.13837) find that
+#   RL with verifiable rewards raises pass@1 while the base model, given enough samples, solves more
+#   problems at large $k$: the RL policy concentrates on answers its base model could already reach.
+#   Dropping the anchor removes the one term that prices that narrowing.
 #
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #
@@ -3259,7 +3503,7 @@ display(Markdown("\n".join(rows)))
 # flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
 # the version you build on, and read its defaults from the code rather than from a blog post.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "2e23f4814f23338c730a949854d60d35", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5672c9f8cde604b2c6dfab569a54a57b", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -3286,7 +3530,11 @@ display(Markdown("\n".join(rows)))
 # The alternative, a KL term in the loss (as GRPO does), needs an estimator whose *gradient* is
 # right, which is a different requirement from an unbiased *value*: $k_3$ has the second but not the
 # first. Differentiated as a loss, its expected gradient is that of $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$,
-# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both).
+# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both). If the KL must
+# sit in the loss, use $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$: on samples from
+# $\pi_\theta$ its expected gradient is that of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, the same as $k_1$
+# in the reward; on samples from an older policy it needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual
@@ -3758,7 +4006,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "13b3bf9d4c8ac0bc54215596ae4b5161", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e9b3d01ad69ba072d82d46e83baa3637", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -3853,6 +4101,44 @@ _checked = check("rlhf_ppo.ipynb")
 # - *Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model.* Ling Team
 #   (2025). arXiv:2510.18855. (Ring-1T; IcePop's token mask, §4.2.)
 #
+# **The 2025-26 practice** (fifth edition: §3.8, §4.2, §4.5, §5)
+#
+# - *AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning.* Fu, W.,
+#   et al. (2025). arXiv:2505.24298. (Asynchronous RL with the decoupled objective and a staleness
+#   bound, §4.2.)
+# - *PipelineRL: Faster On-policy Reinforcement Learning for Long Sequence Generation.* Piché, A., et
+#   al. (2025). arXiv:2509.19128. (In-flight weight updates, §4.2.)
+# - *Defeating the Training-Inference Mismatch via FP16.* Qi, P., et al. (2025). arXiv:2510.26788.
+#   (§4.2's fp16 row.)
+# - *Stabilizing MoE Reinforcement Learning by Aligning Training and Inference Routers.* (2025).
+#   arXiv:2510.11370. (Rollout routing replay, §4.2.)
+# - Liu et al. (2025). arXiv:2510.01555. (KL estimators in the reward and in the loss, on and off
+#   policy; $k_2$ as a loss, §5.)
+# - *Preference Fine-Tuning of LLMs Should Leverage Suboptimal, On-Policy Data.* Tajwar, F., et al.
+#   (2024). ICML. arXiv:2404.14367. (On-policy pairs for DPO, §4.4.)
+# - *REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models.* Hu, J. (2025).
+#   arXiv:2501.03262. (Batch-normalised advantages and the group-baseline form, §4.5.)
+# - *MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention.* MiniMax (2025).
+#   arXiv:2506.13585. (CISPO, §4.5 and §5.)
+# - *The Art of Scaling Reinforcement Learning Compute for LLMs.* Khatri, D., et al. (2025).
+#   arXiv:2510.13786. (ScaleRL: sigmoidal compute-reward curves, §5.)
+# - *DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via Reinforcement Learning.*
+#   DeepSeek-AI (2025). arXiv:2501.12948. (GRPO at scale, rule-based rewards, R1-Zero, §5.)
+# - *Tülu 3: Pushing Frontiers in Open Language Model Post-Training.* Lambert, N., et al. (2024).
+#   arXiv:2411.15124. (RLVR with PPO, §5.)
+# - *The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models.* Cui, G., et al.
+#   (2025). arXiv:2505.22617. (Entropy collapse, Clip-Cov and KL-Cov, §5.)
+# - *ProRL: Prolonged Reinforcement Learning Expands Reasoning Boundaries in Large Language Models.*
+#   Liu, M., et al. (2025). arXiv:2505.24864. (KL control with reference resets, §5.)
+# - *RL's Razor: Why Online Reinforcement Learning Forgets Less.* Shenfeld, I., Pari, J., Agrawal, P.
+#   (2025). arXiv:2509.04259. (Forgetting predicted by the KL moved, §5.)
+# - *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
+#   Model?* Yue, Y., et al. (2025). arXiv:2504.13837. (pass@k of RL-trained and base models, §5.)
+# - *WARM: On the Benefits of Weight Averaged Reward Models.* Ramé, A., et al. (2024).
+#   arXiv:2401.12187. (§3.8.)
+# - *ODIN: Disentangled Reward Mitigates Hacking in RLHF.* Chen, L., et al. (2024). arXiv:2402.07319.
+#   (§3.8.)
+#
 # **Systems** (§4)
 #
 # - *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models.* Rajbhandari, S., Rasley, J.,
@@ -3887,3 +4173,20 @@ _checked = check("rlhf_ppo.ipynb")
 #   Eisenstein, J., et al. (2023). arXiv:2312.09244. (§4.3, §6 Q6.)
 # - *Theoretical Guarantees on the Best-of-n Alignment Policy.* Beirami, A., et al. (2024).
 #   arXiv:2401.01879. (The best-of-$N$ KL bound, §4.4 and §6 Q5.)
+#
+# **What the fifth edition changed, and where.** For readers of the fourth: §1's table now names
+# §3.7-3.8, §4.5 and §5's long-response knobs. §3.6 says why the length rises (the reward favours
+# it) instead of calling it a hack. §3.8 reports its summary table in one unit, the equal-KL result
+# as measured (the largest $\beta$ slightly ahead at every $\sqrt{\mathrm{KL}}$, within what three
+# seeds can separate), what the clean control does and does not show, and WARM and ODIN among the
+# remedies. §4.2 adds asynchronous systems (AReaL, PipelineRL), an fp16 row to the mismatch table,
+# routing replay, and sources for the README figure and for DPO's on-policy pairs (§4.4). §4.5
+# explains the PPO/RLOO/GRPO tie with per-token credit measured during training and a sweep at 8
+# samples a step, names the GRPO arm for what it is (the published objective at the chapter's
+# settings), traces its KL gap to the group-std division with an ablation arm, and adds REINFORCE++,
+# CISPO and dynamic sampling. §5 corrects the reading of the defaults table (two camps on $\lambda$
+# and the value clip, three on the reward clip; a row of optimiser steps per rollout batch; why one
+# epoch does not switch the clip off), adds $k_2$ as a loss to the KL cell and §6 Q1, the
+# verifiable-reward recipes (Tülu 3, DeepSeek-R1), ScaleRL, the entropy mechanism, the case for
+# keeping a reference KL (ProRL, RL's Razor, Yue et al.) and VAPO's loss on correct responses, drops
+# an unsourced anecdote about a per-rank KL, and draws a plainer lesson from Llama 3.

@@ -131,7 +131,12 @@ def test_claims_of_the_prose(results):
         assert not all(
             mine > max(early[b][i] for b in others) for i, mine in enumerate(early[a])
         ), a
-    pub, dr = s["grpo_published"], s["dr_grpo"]
+    pub, dr, no_std = s["grpo_published"], s["dr_grpo"], s["grpo_published_no_std"]
+    # the ablation: without the std division the arm ends at Dr. GRPO's KL and objective ...
+    assert abs(no_std["kl"] - dr["kl"]) < 0.05 * dr["kl"]
+    assert abs(no_std["objective"] - dr["objective"]) < 0.1  # "changes little more"
+    assert abs(no_std["objective"] - statistics.fmean(objectives)) < 0.1  # "close to the PPO arms"
+    assert 0.35 < pub["kl"] / no_std["kl"] < 0.65  # ... so the division halves the KL
     assert pub["reward"] < min(s[a]["reward"] for a in ppo) - 1  # "less reward"
     assert 0.35 < pub["kl"] / s["gae"]["kl"] < 0.65  # "at about half the KL"
     assert pub["objective"] < min(objectives) - 0.1  # "a lower value of the regularised objective"
@@ -185,3 +190,86 @@ def test_prose_setting_matches_the_sweep():
     assert f"{cfg.prompts * cfg.k} responses per step" in text
     assert f"{cfg.prompts} prompts, $k = {cfg.k}$ each" in text
     assert f"$\\beta = {cfg.beta}$" in text and f"{cfg.steps} steps" in text
+
+
+def test_credit_correlations_against_a_loop():
+    """The correlation of each estimator's per-token advantage with the good-token indicator,
+    recomputed with explicit loops over tokens (GAE by its backward recursion)."""
+    g = torch.Generator().manual_seed(4)
+    B, T, k = 8, 6, 4
+    tokens = torch.randint(0, 10, (B, T), generator=g)
+    tokens[:, 1::2] = toy_lm_good()  # plenty of good tokens
+    tokens[0, 2] = 0
+    mask = torch.ones(B, T - 1, dtype=torch.float64)
+    mask[:, 0] = 0  # the prompt
+    mask[1, 4] = 0  # a shorter response
+    roll = dict(
+        tokens=tokens,
+        mask=mask,
+        logp_old=-torch.rand(B, T - 1, generator=g, dtype=torch.float64) * mask,
+        logp_ref=-torch.rand(B, T - 1, generator=g, dtype=torch.float64) * mask,
+        values_old=torch.randn(B, T - 1, generator=g, dtype=torch.float64),
+    )
+    scores = torch.randn(B, generator=g, dtype=torch.float64)
+    got = cf.credit_correlations(roll, scores, 0.3, k, 1.0, 0.9)
+    rewards = ppo_lm.shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], mask, 0.3)
+    gae_adv = ppo_lm.gae(rewards, roll["values_old"], mask, 1.0, 0.9)[0]
+    seq = cf.sequence_returns(scores, roll, 0.3)
+    per = {"gae": lambda b, t: float(gae_adv[b, t])}
+    for name, fn in (("rloo", cf.rloo_advantages), ("grpo", cf.grpo_advantages)):
+        a = fn(seq, k)
+        per[name] = lambda b, t, a=a: float(a[b])
+    pairs = [(b, t) for b in range(B) for t in range(T - 1) if mask[b, t]]
+    good = [float(tokens[b, t + 1] == toy_lm_good()) for b, t in pairs]
+    for name, adv in per.items():
+        xs = [adv(b, t) for b, t in pairs]
+        mx, my = statistics.fmean(xs), statistics.fmean(good)
+        cov = sum((x - mx) * (y - my) for x, y in zip(xs, good, strict=True))
+        want = cov / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in good))
+        assert got[name] == pytest.approx(want, rel=1e-9), name
+
+
+def toy_lm_good():
+    from mlbook.posttrain.toy_lm import GOOD_ID
+
+    return GOOD_ID
+
+
+def test_steps_to_threshold():
+    assert cf.steps_to_threshold([0, 0, 5, 5, 5, 5, 5, 5], 4.0, window=5) == 6
+    assert cf.steps_to_threshold([1.0] * 10, 4.0) is None
+    assert cf.steps_to_threshold([4.0] * 5, 4.0) == 5
+
+
+def test_claims_about_credit(results):
+    """§4.5's credit paragraph and its two bullets, against the cached numbers they describe."""
+    c = cf.credit_summary(results)
+    first, ninth, last = "1", "9", str(cf.SWEEP.steps)
+    others = ("rloo", "grpo")
+    # "after the first update GAE's advantage is the one most correlated, by a few hundredths"
+    lead = c["gae"]["corr"][first] - max(c[e]["corr"][first] for e in others)
+    assert 0 < lead < 0.1
+    # "by 9 updates its correlation is gone while the sequence-level advantages still carry theirs"
+    assert abs(c["gae"]["corr"][ninth]) < 0.1
+    assert all(c[e]["corr"][ninth] > 0.15 for e in others)
+    # "by the end all three are at or a little below zero"
+    assert all(-0.25 < c[e]["corr"][last] < 0.05 for e in c)
+    # "every arm climbs to the same optimum within about 15 steps"
+    s = cf.summarise(results)
+    for arm in ("gae", "rloo", "grpo"):
+        curve = [
+            statistics.fmean(v)
+            for v in zip(*(r["reward"] for r in results["runs"][arm]), strict=True)
+        ]
+        assert statistics.fmean(curve[12:17]) > 0.85 * s[arm]["reward"], arm
+    # fewer samples: "the GAE arm needs more steps ... than either critic-free arm on every seed"
+    for seed in range(len(cf.SWEEP.seeds)):
+        gae_steps = c["gae"]["steps"][seed]
+        assert gae_steps is not None
+        assert all(
+            c[e]["steps"][seed] is not None and c[e]["steps"][seed] < gae_steps for e in others
+        )
+    # "and all three end at about the same reward"
+    finals = [c[e]["reward"] for e in c]
+    assert max(finals) - min(finals) < 0.3
+    assert results["credit_config"]["prompts"] * results["credit_config"]["k"] == 8

@@ -277,3 +277,105 @@ def test_global_mean_weights_and_stacking():
     two_ranks = lambda t: 2 * t  # noqa: E731 -- a second rank holding the same data: the mean is unchanged
     assert masks.global_mean(x, m, two_ranks).tolist() == [2.0, 20.0]
     assert masks.global_mean(torch.tensor([0.5]), torch.tensor([4.0])).item() == 0.5
+
+
+# ------------------------------------------------- claims of the fifth edition (§3.8, §4.2, §5)
+
+
+def test_k2_as_a_loss_has_the_reverse_kl_gradient_on_policy():
+    """§5: E_pi[grad 1/2 (log pi - log ref)^2] = grad KL(pi || ref); k3 as a loss gives the other
+    direction's; checked by exact sums over a categorical distribution."""
+    g = torch.Generator().manual_seed(3)
+    theta = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(7, generator=g, dtype=torch.float64), 0)
+
+    def expected(per_sample):
+        lp = torch.log_softmax(theta, 0)
+        return torch.autograd.grad((lp.exp().detach() * per_sample(lp)).sum(), theta)[0]
+
+    def exact(kl):
+        return torch.autograd.grad(kl(torch.log_softmax(theta, 0)), theta)[0]
+
+    reverse = exact(lambda lp: (lp.exp() * (lp - ref)).sum())
+    forward = exact(lambda lp: (ref.exp() * (ref - lp)).sum())
+    k2 = expected(lambda lp: 0.5 * (lp - ref) ** 2)
+    k3 = expected(lambda lp: (ref - lp).exp() - 1 - (ref - lp))
+    assert torch.allclose(k2, reverse) and not torch.allclose(k2, forward)
+    assert torch.allclose(k3, forward)
+
+
+def test_fp16_engine_mismatch_is_smaller_than_bf16():
+    """§4.2's table: at equal weights an fp16 engine's log-probs sit closer to the fp32 trainer's
+    than a bf16 engine's (11 against 8 significand bits), and neither leaves the [0.5, 5] band."""
+    from mlbook_solutions.run_toy import CHAPTER_RUN
+
+    from mlbook.posttrain.systems import precision_mismatch
+    from mlbook.posttrain.toy_lm import build_models, good_count_reward
+
+    torch.manual_seed(0)
+    policy, ref, critic, prompts, gen = build_models(0, 64)
+    cfg = dataclasses.replace(CHAPTER_RUN, steps=6)
+    sol.train_ppo(policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen)
+    got = {
+        name: precision_mismatch(
+            policy, prompts, 8, engine_dtype=dtype, generator=torch.Generator().manual_seed(0)
+        )
+        for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))
+    }
+    assert got["fp16"]["mean_abs"] * 3 < got["bf16"]["mean_abs"]  # "what that buys"
+    assert got["fp16"]["max_abs"] < got["bf16"]["max_abs"]
+    assert got["bf16"]["outside_band"] == got["fp16"]["outside_band"] == 0.0
+
+
+def test_equal_kl_lead_of_the_largest_beta():
+    """§3.8: at equal sqrt(KL) the largest beta is ahead at every column where all three betas get
+    there, by about a tenth of a standard deviation, far less than the spread of where runs end."""
+    from mlbook_solutions import reward_model as rmod
+
+    from mlbook.posttrain.cached import load_cached
+
+    results = load_cached("reward_model")
+    equal = rmod.gold_at_equal_kl(results)
+    ds = [
+        d for d in next(iter(equal.values())) if all(row[d] is not None for row in equal.values())
+    ]
+    top = str(max(results["config"]["betas"]))
+    leads = []
+    for d in ds:
+        ranked = sorted(equal, key=lambda b: equal[b][d])
+        assert ranked[-1] == top, d  # "the largest beta is ahead at every sqrt(KL)"
+        leads.append(equal[ranked[-1]][d] - equal[ranked[-2]][d])
+    assert 0.03 < min(leads) and max(leads) < 0.2  # "by a tenth of a standard deviation or so"
+    s = rmod.summarise(results)
+    ends = [s[str(b)]["gold_final_z"] for b in results["config"]["betas"]]
+    assert max(ends) - min(ends) > 5 * max(leads)  # "several standard deviations ... far more"
+
+
+def test_defaults_table_sentence_two_camps_three_ways():
+    """§5: "on lambda and the value clip the stacks form two camps (TRL and DeepSpeed-Chat; OpenRLHF
+    and verl), and on the reward clip they go three ways"; "OpenRLHF's defaults split the rollout
+    batch into 8 optimiser steps and verl's into 4". Read from the table's own cell."""
+    import ast
+
+    from mlbook_tools.config import layout
+
+    source = (layout().root / "solutions" / "chapter" / "rlhf_ppo" / "50_production.py").read_text()
+    tree = ast.parse(source)
+    (node,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "library_defaults" for t in n.targets)
+    ]
+    table = ast.literal_eval(node.value)  # setting -> (TRL, OpenRLHF, verl, DeepSpeed-Chat)
+
+    def lead(cell):  # the value a cell starts with
+        return cell.split(" (")[0].split(",")[0]
+
+    lam = [lead(c) for c in table["GAE lambda"]]
+    vclip = [lead(c) for c in table["value clip"]]
+    assert [float(x) for x in lam] == [0.95, 1, 1, 0.95]
+    assert [float(x) for x in vclip] == [0.2, 0.5, 0.5, 0.2]
+    assert len({lead(c) for c in table["reward clip"]}) == 3
+    steps = [int(lead(c)) for c in table["optimiser steps per rollout batch"]]
+    assert steps[1:3] == [8, 4] and steps[0] == int(lead(table["PPO epochs per batch"][0]))

@@ -46,6 +46,7 @@ from mlbook.posttrain.cached import results_path
 from mlbook.posttrain.masks import masked_whiten, validate_mask
 from mlbook.posttrain.toy_lm import (
     END_ID,
+    GOOD_ID,
     build_models,
     default_dtype,
     good_count_reward,
@@ -54,8 +55,10 @@ from mlbook.posttrain.toy_lm import (
 from mlbook_solutions.exercises import code_fingerprint
 from mlbook_solutions.ppo_lm import (
     collect_rollouts,
+    gae,
     ppo_clip_loss,
     sequence_kl,
+    shaped_rewards,
     train_ppo,
 )
 from mlbook_solutions.run_toy import CHAPTER_RUN
@@ -197,14 +200,18 @@ def published_grpo_update(
     max_grad_norm: float,
     max_new_tokens: int,
     dr: bool = False,
+    divide_std: bool | None = None,
 ) -> None:
     """``epochs`` full-batch steps of GRPO's published objective (``dr=False``: group-normalised
-    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser)."""
+    advantage, per-response mean) or Dr. GRPO's (``dr=True``: no std, constant normaliser).
+    ``divide_std`` (default: ``not dr``) switches the division by the group's std on its own."""
     m = roll["mask"]  # (B, T-1)
-    if dr:  # no division by the group's std
-        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
-    else:
+    if divide_std is None:
+        divide_std = not dr
+    if divide_std:
         adv = grpo_advantages(scores, k)  # (B,)
+    else:  # the group's mean subtracted, no division by its std
+        adv = scores - scores.view(-1, k).mean(1).repeat_interleave(k)  # (B,)
     budget = m.shape[0] * max_new_tokens if dr else None  # B x the longest allowed response
     params = [p for g in opt.param_groups for p in g["params"]]
     for _ in range(epochs):
@@ -235,6 +242,46 @@ class CriticFreeConfig:
 
 SWEEP = CriticFreeConfig()
 REPLAY = dict(seed=0, steps=4)
+CREDIT = CriticFreeConfig(prompts=2, k=4)
+"""Where credit could matter: 8 samples a step instead of 64, the PPO-update arms only."""
+CREDIT_ARMS = ("gae", "rloo", "grpo")
+CREDIT_PROBES = (1, 4, 9, 19)
+"""Updates after which the GAE arm measures credit (and after its last update)."""
+PROBE_SEED = 1000
+CREDIT_THRESHOLD = 4.0
+"""Mean reward (good tokens) that counts as reached in the credit sweep, smoothed over 5 steps."""
+
+
+def credit_correlations(
+    roll: dict, scores: torch.Tensor, beta: float, k: int, gamma: float, lam: float
+) -> dict[str, float]:
+    """On one batch of groups of ``k`` (rows grouped as in ``rloo_advantages``), with the critic's
+    ``values_old`` in ``roll``: the Pearson correlation, over response tokens, between each
+    estimator's per-token advantage and the indicator that the token is ``good`` (the one thing
+    the reward counts). GAE's advantage differs token by token; RLOO's and GRPO's are one number
+    per response."""
+    m = roll["mask"]  # (B, T-1)
+    on = m.bool()
+    good = (roll["tokens"][:, 1:] == GOOD_ID).to(m.dtype)[on]  # (N,) the token at t + 1 is good
+    rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
+    per_token = {"gae": gae(rewards, roll["values_old"], m, gamma, lam)[0]}
+    returns = sequence_returns(scores, roll, beta)  # (B,)
+    for name, fn in ESTIMATORS.items():
+        per_token[name] = fn(returns, k).unsqueeze(1).expand_as(m)  # (B, T-1)
+    out = {}
+    for name, adv in per_token.items():
+        pair = torch.stack([adv[on].to(m.dtype), good])  # (2, N)
+        out[name] = float(torch.corrcoef(pair)[0, 1])
+    return out
+
+
+def steps_to_threshold(reward: list[float], threshold: float, window: int = 5) -> int | None:
+    """The first step (1-based) at which the mean reward of the last ``window`` steps reaches
+    ``threshold``; None if it never does."""
+    for t in range(window, len(reward) + 1):
+        if statistics.fmean(reward[t - window : t]) >= threshold:
+            return t
+    return None
 
 
 def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | None = None) -> dict:
@@ -247,12 +294,43 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
     t0 = time.process_time()  # CPU time of this process (torch runs on one thread here)
     if arm == "gae":
         policy, ref, critic, prompts, gen = build_models(seed, batch)
+        groups = prompts[: cfg.prompts].repeat_interleave(cfg.k, dim=0)  # (prompts * k, P)
+        probe_gen = torch.Generator().manual_seed(PROBE_SEED + seed)  # leaves training's alone
+        credit, updates, probe_seconds = {}, [0], [0.0]
+
+        def probe(model: nn.Module) -> float:
+            """Credit on one batch of groups, sampled by the policy, valued by the critic as
+            they stand after ``updates[0]`` updates (off the clock, its own generator)."""
+            if updates[0] in CREDIT_PROBES or updates[0] == steps:
+                t = time.process_time()
+                roll = collect_rollouts(
+                    model, ref, critic, groups, run.max_new_tokens, END_ID, probe_gen
+                )
+                scores = good_count_reward(roll["tokens"], roll["response_mask"])
+                credit[str(updates[0])] = credit_correlations(
+                    roll, scores.to(roll["logp_old"].dtype), run.beta, cfg.k, run.gamma, run.lam
+                )
+                probe_seconds[0] += time.process_time() - t
+            updates[0] += 1
+            return float("nan")
+
         history = train_ppo(
-            policy, ref, critic, prompts, good_count_reward, END_ID, run, generator=gen
+            policy,
+            ref,
+            critic,
+            prompts,
+            good_count_reward,
+            END_ID,
+            run,
+            generator=gen,
+            evaluate=probe,
         )
+        with torch.no_grad():
+            probe(policy)  # after the last update
         reward, kl = [h.reward for h in history], [h.kl for h in history]
         length = [h.response_len for h in history]
         critic_bytes, state_bytes = critic_memory(critic, prompts)
+        t0 += probe_seconds[0]
     else:
         policy, ref, _, prompts, gen = build_models(seed, cfg.prompts)
         prompts = prompts.repeat_interleave(cfg.k, dim=0)  # (prompts * k, P): groups of k rows
@@ -268,7 +346,7 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
             reward.append(float(scores.mean()))
             kl.append(sequence_kl(roll))
             length.append(float(roll["response_mask"].sum(1).mean()))
-            if arm in ("grpo_published", "dr_grpo"):
+            if arm in ("grpo_published", "grpo_published_no_std", "dr_grpo"):
                 published_grpo_update(
                     policy,
                     opt,
@@ -281,6 +359,7 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
                     run.max_grad_norm,
                     run.max_new_tokens,
                     dr=arm == "dr_grpo",
+                    divide_std=arm == "grpo_published",
                 )
             else:
                 critic_free_update(
@@ -296,6 +375,7 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
                     run.max_grad_norm,
                 )
         critic_bytes = state_bytes = 0
+        credit = None
     return dict(
         arm=arm,
         seed=seed,
@@ -305,15 +385,17 @@ def run_arm(arm: str, seed: int, cfg: CriticFreeConfig = SWEEP, steps: int | Non
         seconds=time.process_time() - t0,
         critic_bytes=critic_bytes,
         critic_state_bytes=state_bytes,
+        credit=credit,
     )
 
 
-ARMS = ("gae", "rloo", "grpo", "grpo_published", "dr_grpo")
+ARMS = ("gae", "rloo", "grpo", "grpo_published", "grpo_published_no_std", "dr_grpo")
 LABELS = {
     "gae": "PPO: critic + GAE",
     "rloo": "PPO-clip, RLOO advantage",
     "grpo": "PPO-clip, group-normalised advantage",
-    "grpo_published": "GRPO as published",
+    "grpo_published": "GRPO's objective, chapter's settings",
+    "grpo_published_no_std": "the same, no division by the group std",
     "dr_grpo": "Dr. GRPO",
 }
 FINGERPRINT_MODULES = (
@@ -326,7 +408,15 @@ FINGERPRINT_MODULES = (
 
 
 def fingerprint() -> str:
-    settings = [dataclasses.asdict(CHAPTER_RUN), dataclasses.asdict(SWEEP), REPLAY]
+    settings = [
+        dataclasses.asdict(CHAPTER_RUN),
+        dataclasses.asdict(SWEEP),
+        REPLAY,
+        dataclasses.asdict(CREDIT),
+        CREDIT_THRESHOLD,
+        CREDIT_PROBES,
+        PROBE_SEED,
+    ]
     return code_fingerprint(FINGERPRINT_MODULES, settings)
 
 
@@ -334,15 +424,23 @@ def replay64() -> dict:
     """The first ``REPLAY["steps"]`` steps of seed 0 of every arm, in float64 (no timings)."""
     with default_dtype(torch.float64):
         runs = {a: run_arm(a, REPLAY["seed"], steps=REPLAY["steps"]) for a in ARMS}
-    return {a: dict(reward=r["reward"], kl=r["kl"], length=r["length"]) for a, r in runs.items()}
+    out = {a: dict(reward=r["reward"], kl=r["kl"], length=r["length"]) for a, r in runs.items()}
+    out["gae"]["credit"] = [
+        c[e] for _, c in sorted(runs["gae"]["credit"].items()) for e in ("gae", "rloo", "grpo")
+    ]
+    return out
 
 
 def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
     """Run every arm on every seed (interleaved, so machine load hits the arms alike); replay."""
     runs = {a: [] for a in ARMS}
+    credit_runs = {a: [] for a in CREDIT_ARMS}
     for seed in SWEEP.seeds:
         for arm in ARMS:
             runs[arm].append(run_arm(arm, seed))
+        for arm in CREDIT_ARMS:
+            r = run_arm(arm, seed, CREDIT)
+            credit_runs[arm].append(dict(seed=seed, reward=r["reward"], kl=r["kl"]))
     results = dict(
         torch=torch.__version__,
         fingerprint=fingerprint(),
@@ -351,6 +449,14 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
         },
         replay_config=REPLAY,
         runs=runs,
+        credit_config={
+            **{
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(CREDIT).items()
+            },
+            "threshold": CREDIT_THRESHOLD,
+        },
+        credit_runs=credit_runs,
         replay64=replay64(),
     )
     path.write_text(json.dumps(results, indent=1) + "\n")
@@ -396,6 +502,41 @@ def summarise(results: dict, last: int = 10, first: int = 10) -> dict[str, dict[
     return out
 
 
+def credit_summary(results: dict) -> dict[str, dict]:
+    """Per estimator: the correlation of its per-token advantage with the good-token indicator on
+    a batch of groups sampled in the GAE runs, after each number of updates (mean over seeds); and,
+    for the 8-samples-a-step sweep, each seed's step at which the smoothed reward first reaches the
+    threshold (None: never within the run) and its reward over the last 10 steps (seed mean)."""
+    out, threshold = {}, results["credit_config"]["threshold"]
+    runs = results["runs"]["gae"]
+    points = sorted(runs[0]["credit"], key=int)
+    for name in ("gae", "rloo", "grpo"):
+        sweep = results["credit_runs"][name]
+        out[name] = dict(
+            corr={u: statistics.fmean(r["credit"][u][name] for r in runs) for u in points},
+            steps=[steps_to_threshold(r["reward"], threshold) for r in sweep],
+            reward=statistics.fmean(statistics.fmean(r["reward"][-10:]) for r in sweep),
+        )
+    return out
+
+
+def format_credit_table(credit: dict, config: dict) -> str:
+    """A Markdown table, one row per estimator; ``config`` is the cache's ``credit_config``."""
+    points = list(next(iter(credit.values()))["corr"])
+    lines = [
+        "| advantage | "
+        + " | ".join(f"corr after {u} update{'' if u == '1' else 's'}" for u in points)
+        + f" | steps to {config['threshold']:g}, {config['prompts'] * config['k']} samples a step "
+        "| reward, last 10 |",
+        "|---" * (len(points) + 3) + "|",
+    ]
+    for name, c in credit.items():
+        steps = ", ".join("never" if t is None else str(t) for t in c["steps"])
+        corr = " | ".join(f"{c['corr'][u]:+.2f}" for u in points)
+        lines.append(f"| {LABELS[name]} | {corr} | {steps} | {c['reward']:.2f} |")
+    return "\n".join(lines)
+
+
 def format_table(summary: dict, beta: float) -> str:
     """A Markdown table, one row per arm; ranges are min-max over seeds."""
     lines = [
@@ -422,7 +563,7 @@ def plot_arms(results: dict):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C4"), strict=True):
+    for arm, color in zip(ARMS, ("C0", "C3", "C2", "C1", "C5", "C4"), strict=True):
         runs = results["runs"][arm]
         for ax, field in zip(axes, ("reward", "kl", "length"), strict=True):
             data = torch.tensor([r[field] for r in runs], dtype=torch.float64)  # (seeds, steps)

@@ -10,9 +10,9 @@
 # |---|---|
 # | §1 Intuition | follow one four-token response through the reward computation |
 # | §2 The math | the objective, the per-token KL reward, the clipped surrogate, GAE, the KL controller |
-# | §3 Implementation | fill in `last_response_index`, `shaped_rewards`, `gae`, `ppo_clip_loss`, `value_loss`, `AdaptiveKLController.update`; then train |
-# | §4 Systems view | memory of the four models, where the time goes, how runs fail |
-# | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did |
+# | §3 Implementation | fill in `last_response_index`, `shaped_rewards`, `gae`, `ppo_clip_loss`, `value_loss`, `AdaptiveKLController.update`; then train; then train a reward model from preferences and watch PPO over-optimise it (§3.7–3.8) |
+# | §4 Systems view | memory of the four models, where the time goes, how runs fail; RLOO and GRPO measured against the critic (§4.5) |
+# | §5 In production | what InstructGPT, Llama 2, Constitutional AI and Llama 3 did; the recipes that replaced them; the libraries' defaults and the knobs of 2025–26 long-response training |
 # | §6 Interview questions | answers hidden until you click |
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
 # | References | the papers and code the prose cites by author and year |

@@ -359,7 +359,7 @@ for row in samples:
 # samples are what the KL fee buys: the policy says `good` far more often than the reference would,
 # but it has not collapsed onto a single string.
 #
-# **Before and after, and a length hack.** The log holds the very first batch, sampled by the
+# **Before and after, and where the length comes from.** The log holds the very first batch, sampled by the
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
@@ -414,10 +414,13 @@ show(
 # `<|end|>` falls, to almost none around the reward peak, and the mean length climbs to the 8-token
 # cap (the table above prints both ends of the run). Only once $\beta$ has risen and the KL budget
 # binds does a little of the stopping come back.
-# That is a *length hack* in miniature, the same pattern as a real reward model that prefers longer
-# answers: the proxy reward goes up partly through a property (length) that nobody asked for. Here
-# the KL fee limits it; at scale it is why practitioners plot response length next to the reward
-# (§4.3's first row, and Q6 of §6).
+# This is not a hack of the reward: the reward here is the true objective, and it favours length,
+# because a longer response has room for more `good` tokens. What it shows is the *mechanism* of a
+# length hack in miniature: the policy pushes up whatever property the reward pays for, wanted or
+# not. When the reward is a learned model that merely prefers longer answers, the same push raises
+# the reward through a property nobody asked for (§3.8 measures that case). Here the KL fee limits
+# the push; at scale it is why practitioners plot response length next to the reward (§4.3's first
+# row, and Q6 of §6).
 #
 # **Special tokens inside a response.** The sampler draws from the whole vocabulary, so the policy
 # can and does emit `<|pad|>` and `<|bos|>` in the middle of a response (the table prints their

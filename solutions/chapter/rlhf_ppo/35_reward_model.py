@@ -162,22 +162,29 @@ print(
 # %% include="mlbook_solutions.reward_model:gold_z,summarise,gold_at_equal_kl,_band,plot_overoptimisation" tags=["nbval-check-output"]
 rm_summary = summarise(rm_results)
 rm_rows = [
-    "| beta | gold start | gold peak (largest step mean) | KL at peak | gold end | proxy end | KL end "
-    "| length end |",
+    "| beta | gold start | gold peak (largest step mean) | gold end | proxy end | KL at peak (nats) "
+    "| KL end (nats) | length end (tokens) |",
     "|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
+rm_peak_z = {}
 for beta in rm_cfg["betas"]:
     s = rm_summary[str(beta)]
-    rm_rows.append(
-        f"| {beta:g} | {s['gold_start']:.2f} | {s['gold_peak']:.2f} | {s['kl_at_peak']:.2f} | "
-        f"{s['gold_final']:.2f} | {s['proxy_final']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    rm_peak_z[str(beta)] = statistics.fmean(  # each run's gold at its own peak step, proxy's std
+        max(gold_z(rm_results, r)) for r in rm_results["runs"][str(beta)]
     )
+    rm_rows.append(
+        f"| {beta:g} | {s['gold_start_z']:+.2f} | {rm_peak_z[str(beta)]:+.2f} | {s['gold_final_z']:+.2f} | "
+        f"{s['proxy_final']:+.2f} | {s['kl_at_peak']:.2f} | {s['kl_final']:.2f} | {s['length_final']:.2f} |"
+    )
+display(
+    Markdown("Rewards in standard deviations of the initial policy's samples (the proxy's unit):")
+)
 display(Markdown("\n".join(rm_rows)))
 rm_low, rm_high = str(min(rm_cfg["betas"])), str(max(rm_cfg["betas"]))
 print(
-    f"beta {rm_low}: gold falls from its peak {rm_summary[rm_low]['gold_peak']:.2f} to "
-    f"{rm_summary[rm_low]['gold_final']:.2f} ({rm_summary[rm_low]['gold_final_z']:+.1f} std in the proxy's unit) "
-    f"while the proxy ends at {rm_summary[rm_low]['proxy_final']:+.1f} std"
+    f"beta {rm_low}: gold falls from its peak {rm_peak_z[rm_low]:+.1f} std to "
+    f"{rm_summary[rm_low]['gold_final_z']:+.1f} std while the proxy ends at "
+    f"{rm_summary[rm_low]['proxy_final']:+.1f} std"
 )
 
 # %% demo=true
@@ -218,6 +225,16 @@ print(
     f"gold (proxy units) at equal KL, where all three betas get there: largest gap between betas "
     f"{rm_spread:.2f} std"
 )
+rm_top = {d: max(rm_equal, key=lambda b: rm_equal[b][d]) for d in rm_d}
+rm_lead = [
+    sorted(row[d] for row in rm_equal.values())[-1]
+    - sorted(row[d] for row in rm_equal.values())[-2]
+    for d in rm_d
+]
+print(
+    f"highest gold at each sqrt(KL): beta {', '.join(sorted(set(rm_top.values())))}, ahead of the "
+    f"next beta by {min(rm_lead):.2f} to {max(rm_lead):.2f} std"
+)
 
 # %% [markdown]
 # What the runs show (the cells above print the numbers):
@@ -241,10 +258,14 @@ print(
 #   and keeps most of the gold gain. That makes the fee a budget on how far the policy may move.
 #   It does not make the optimisation better per nat spent: Gao et al. found that adding a KL
 #   penalty did not raise the gold score reached at a given KL, and that its effect was like
-#   stopping the run earlier on the same curve. The toy agrees: the last table reads gold at equal
-#   $\sqrt{\mathrm{KL}}$ for each $\beta$, and the rows differ by a fraction of a standard deviation
-#   (the cell prints the largest gap), while where the runs *end* differs by several (the first
-#   table's last columns): $\beta$ chose how far along the curve each run went.
+#   stopping the run earlier on the same curve, and they note that this KL result depended on their
+#   hyperparameters. The toy's last table reads gold at equal $\sqrt{\mathrm{KL}}$ for each $\beta$.
+#   Taken exactly, the largest $\beta$ is ahead at every $\sqrt{\mathrm{KL}}$ where all three get
+#   there, by a tenth of a standard deviation or so (the cell prints the range), so the toy leans
+#   slightly towards a fee that helps per nat. Three seeds, one reward model each, cannot tell a
+#   lead that small from noise. What it can tell: where the runs *end* differs by several standard
+#   deviations (the first table), far more than the rows of the last one: $\beta$ chiefly chose how
+#   far along the curve each run went.
 # - **Length rides along.** Every run also pushes its responses to the maximum length (the last
 #   column; the initial policy's mean length is printed below). On the toy that is partly
 #   legitimate: on the initial policy's samples, longer responses have more room for the `good`
@@ -300,6 +321,10 @@ print(
 # pairs travel just as far in KL, and gold climbs with the proxy the whole way. The policy's
 # pressure was the same in both experiments; what differed is whether the proxy was wrong where the
 # policy went. Over-optimisation needs both, and on the toy the second was put there on purpose.
+# The control is also an easy case for the reward model: its gold is a single feature, the count of
+# `good`, which is exactly what the model learns to count, so its extrapolation happens to be right.
+# A real reward model sums many features learned from limited data, and a policy finds the ones
+# that extrapolate wrongly; a clean control on the toy says nothing about that.
 #
 # The remedies §4.3 lists for over-optimisation follow from this picture: more KL (or an earlier
 # stop), which limits how far the policy travels; reward models trained on fresh samples of the
@@ -307,4 +332,10 @@ print(
 # (Coste et al., 2023, found that optimising an ensemble's worst case or an uncertainty-penalised
 # mean largely prevents over-optimisation; Eisenstein et al., 2023, that members which share an
 # error agree on it, so an ensemble mitigates reward hacking but does not remove it); and explicit
-# length control.
+# length control. Two later designs make one reward model do the work of several. WARM (Ramé et
+# al., 2024, arXiv:2401.12187) fine-tunes several reward models from a shared initialisation and
+# averages their *weights* rather than their outputs, which costs one model at inference and is more
+# robust under distribution shift and to inconsistent labels than a single model. ODIN (Chen et al.,
+# 2024, arXiv:2402.07319) trains a reward model with two heads, one made to track length and one
+# made uncorrelated with it, and uses only the second during RL, so the policy earns nothing by
+# length alone (the mechanism §3.6 shows).

@@ -475,8 +475,9 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # many FLOPs each weight byte serves (the batch) and by how long responses are, and a sampler that
 # re-reads its whole prefix, the naive one here, turns a linear cost into a quadratic one.
 #
-# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, "High
-# performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
+# Sources for this section: [OpenRLHF] the OpenRLHF README (github.com/OpenRLHF/OpenRLHF, the
+# "vLLM Inference Acceleration + AutoTP" item of its feature list; older READMEs put the same
+# sentence under "High performance"), from the authors of Hu et al. (2024), *OpenRLHF: An Easy-to-use, Scalable and
 # High-performance RLHF Framework*, arXiv:2405.11143; [H100] NVIDIA H100 Tensor Core GPU datasheet,
 # SXM5 column (dense BF16 is half the listed with-sparsity figure); Williams, Waterman and Patterson
 # (2009), *Roofline: an insightful visual performance model for multicore architectures*, CACM 52(4).
@@ -501,6 +502,17 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
 #    exercise 5 measures both designs on the toy.
 #
+# The second design is what the fully asynchronous systems of 2025 are built on. AReaL (Fu et al.,
+# 2025, arXiv:2505.24298) lets its rollout workers generate without waiting for the trainer, which
+# trains on whatever batch is ready; it trains with the decoupled objective, using the policy from
+# before the current update as the proximal one, and it sets a maximum staleness, the number of
+# policy versions the sampler may run behind, trading throughput against how off-policy the data
+# may get. PipelineRL (Piché et al., 2025, arXiv:2509.19128) goes further: new weights
+# are loaded into the inference engine *while* sequences are being generated, so one response can be
+# written by several consecutive policies, and the data stays close to on-policy without the engine
+# ever idling for a weight update. In both, the record of which weights produced each token, and the
+# behaviour weight computed from it, is what keeps the update correct.
+#
 # What is *not* fine is the middle ground: recomputing the log-probs and dropping the weight, which
 # quietly turns the update into an uncorrected off-policy step (§4.3's table). A second, subtler gap
 # remains even in synchronous training: at the same weights an inference engine's kernels do not
@@ -524,23 +536,43 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # %% demo=true
 from mlbook.posttrain.systems import precision_mismatch
 
-mm = precision_mismatch(policy, prompts, 8, generator=torch.Generator().manual_seed(0))
+mm_rows = [
+    "| engine | response tokens | mean, max abs log-prob gap | vllm_kl | tokens outside [0.5, 5] "
+    "| per-response geometric-mean ratio |",
+    "|---|---|---|---|---|---|",
+]
+mm_by_dtype = {}
+for mm_name, mm_dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+    mm = precision_mismatch(
+        policy, prompts, 8, engine_dtype=mm_dtype, generator=torch.Generator().manual_seed(0)
+    )
+    mm_by_dtype[mm_name] = mm
+    mm_rows.append(
+        f"| {mm_name}, scored in fp32 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
+        f"| {mm['kl']:+.1e} | {mm['outside_band']:.1%} "
+        f"| {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f} |"
+    )
+display(Markdown("\n".join(mm_rows)))
 print(
-    f"{mm['tokens']:.0f} response tokens sampled in bf16, scored in fp32: |log pi_train - log pi_engine| "
-    f"{mm['mean_abs']:.1e} on average, {mm['max_abs']:.1e} at most; vllm_kl {mm['kl']:+.1e}"
-)
-print(
-    f"tokens a [0.5, 5] TIS clamp or IcePop mask would touch: {mm['outside_band']:.1%}; per-response "
-    f"geometric-mean ratio {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f}"
+    "mean gap, bf16 engine / fp16 engine: "
+    f"{mm_by_dtype['bf16']['mean_abs'] / mm_by_dtype['fp16']['mean_abs']:.0f}x"
 )
 
 # %% [markdown]
-# On the toy the gap is real but small (the cell prints it): bf16 keeps about three significant
-# digits, each log-prob moves by far less than the band allows, and no token comes near the band's
+# On the toy the gap is real but small (the table prints it): bf16 has an 8-bit significand, two to
+# three decimal digits, each log-prob moves by far less than the band allows, and no token comes near the band's
 # edges, so on eight-token responses every correction above is a no-op. The same effect grows into
 # a training instability at scale: thousands of tokens per response (a sequence-level ratio
 # multiplies thousands of per-token ones), vocabularies of 100k tokens whose tail probabilities
-# bf16 rounds hardest, and expert routing that can flip between engine and trainer. Llama 2's
+# bf16 rounds hardest, and expert routing that can flip between engine and trainer.
+# fp16 spends the same 16 bits on an 11-bit significand and a narrower exponent range; the table's
+# second row shows what that buys at equal weights, and Qi et al. (2025, arXiv:2510.26788) found that
+# running both engine and trainer in fp16 instead of bf16 shrinks the mismatch enough to remove much
+# of the instability that the corrections above were built to tame (the narrower range then needs
+# loss scaling). For mixture-of-experts models the router is a mismatch of its own: the engine and
+# the trainer can send a token to different experts, and routing replay records the engine's
+# choices during sampling and reuses them in the trainer's forward pass (Rollout Routing Replay,
+# arXiv:2510.11370). Llama 2's
 # report describes one more cost of sampling inside the trainer: with FSDP, sampling was very slow
 # until the full weights were gathered onto each node once before generation and freed afterwards.
 #
@@ -577,6 +609,6 @@ print(
 # | Method | Needs | Models held during training | Strengths | Weaknesses | Pick it when |
 # |---|---|---|---|---|---|
 # | PPO (this chapter) | A scalar reward model, prompts | 4: policy, critic (trained); reference, RM (frozen) | On-policy, token-level credit through the critic; tuned with care, it beat DPO across dialogue and code benchmarks (Xu et al., 2024), while against critic-free RLOO and GRPO the evidence is mixed (Ahmadian et al., 2024, report RLOO ahead; §4.5's toy ties) | Most memory and infrastructure; many knobs; critic can destabilise | You have a good RM, the budget for four models, and the proxy reward still has headroom |
-# | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap | Pairs only, limited compute, or very large models (Llama 3's choice) |
+# | DPO | Preference pairs | 2: policy (trained), reference (frozen; log-probs can be precomputed) | Supervised-style loss, stable, cheap; no sampling during training | Offline: learns only from the pairs it is given; can drift from the data; iterate with fresh on-policy pairs to recover much of the gap (Tajwar et al., 2024, arXiv:2404.14367) | Pairs only, limited compute, or very large models (Llama 3's choice) |
 # | GRPO / RLVR | A verifiable reward (tests, exact answers) or an RM; several samples per prompt | 2-3: policy (trained), reference, optional RM | No critic; the group mean is the baseline; suits long reasoning traces with a sparse end reward | $k$ samples per prompt multiplies generation; sequence-level credit only | Rewards can be checked by a program and responses are long |
 # | Rejection sampling + SFT (best-of-$N$) | An RM; an SFT pipeline | 1 trained at a time; the RM only scores | Trivial to run on any SFT stack; KL to the sampler at most $\log N - (N-1)/N$ (an upper bound, Beirami et al., 2024); explores broadly | Only reinforces whole winning samples; gains plateau | First round of any RLHF effort, or as the warm start before PPO (Llama 2) |

@@ -53,7 +53,34 @@
 # for anyone copying the recipe: the reward model did not disappear (it selects the rejection-sampling
 # winners), and DPO got two stabilisers, masking formatting tokens out of the loss and adding an NLL
 # term on the chosen response. Lesson: at the largest scale the four-model memory bill and the
-# generation cost of §4 can outweigh PPO's advantage in optimising a learned reward.
+# generation cost of §4 are what the team weighed, and a cheaper offline method inside an
+# on-policy loop of fresh samples and fresh reward models was judged the better trade.
+#
+# **Since 2025: verifiable rewards.** The recipes a reader now meets first are built around rewards
+# that a program checks rather than a model predicts. Tülu 3 (Lambert et al., 2024,
+# arXiv:2411.15124) named the stage *reinforcement learning with verifiable rewards* (RLVR): after
+# SFT and DPO, PPO optimises a reward that is paid only when the answer to a maths problem is
+# correct or an instruction's checkable constraint is met, with the usual KL fee to the reference.
+# DeepSeek-R1 (DeepSeek-AI, 2025, arXiv:2501.12948) runs GRPO at scale on rule-based rewards, for
+# correct answers and for the required output format, and says why it did not use a learned reward
+# model for reasoning: in large-scale RL a neural reward model invites reward hacking, and
+# retraining it adds cost and complexity. Its R1-Zero variant applies that RL directly to the base
+# model with no supervised stage before it, and long chains of thought emerge from the reward alone;
+# the released R1 adds a small cold-start SFT set for readability and a final RL stage that mixes
+# rule-based and learned rewards. The PPO machinery of this chapter carries over unchanged; what
+# moved is the reward (§3.8's over-optimisation is why) and, with long responses, the knobs at the
+# end of this section.
+#
+# **Scaling RL compute.** Khatri et al. (2025, arXiv:2510.13786, "ScaleRL") ran RL for LLMs over
+# hundreds of thousands of GPU-hours and fitted each recipe's validation pass rate against compute
+# with a sigmoid, which has two parameters a design review cares about: the asymptote the curve
+# saturates at, and how much compute it takes to get halfway there. They report that a few
+# choices moved the asymptote, among them the loss (the CISPO objective below came out ahead of
+# DAPO's) and computing the language-model head in fp32 (the §4.2 mismatch again), while many
+# others, such as how the loss is aggregated or the advantage normalised, mostly changed how fast
+# the asymptote is reached. Their combined recipe uses asynchronous PipelineRL-style generation
+# (§4.2), the CISPO loss and the fp32 head. The practical lesson: a recipe that wins a short run may
+# only be faster, and comparing at one compute budget cannot tell the two apart.
 #
 # ### Practical notes: the same algorithm, different code
 #
@@ -131,7 +158,7 @@ print(
 #   gradient, and the gradient is what the optimiser gets. The cell after this list works it out.
 # - **Make every statistic global.** Advantage whitening, the controller's KL and token-mean losses
 #   must be reduced over all data-parallel ranks (sum, sum of squares, token count), or a 1-GPU and an
-#   8-GPU run train different models; TRL's controller was once fed a per-rank KL.
+#   8-GPU run train different models.
 # - **Monitor drift, do not trust the clip.** Log an approximate KL between the sampling policy and
 #   the updated one and stop the epochs of a step when it passes a threshold, as `ppo_update` does
 #   with $k_3 = \mathbb E[r - 1 - \log r]$. Read other codebases' versions closely. CleanRL tests
@@ -150,7 +177,10 @@ print(
 # the cell below takes $\pi_\theta = \mathrm{softmax}(\theta)$ over six tokens and a fixed reference,
 # and computes the *expected* gradient of three per-sample losses: $k_1$ and $k_3$ as losses, and
 # $k_1$ as a reward (a detached weight on $\log\pi_\theta$, which is what putting it in $R_t$ does).
-# It compares them with the exact gradients of the two KL directions.
+# A fourth line takes $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$ as the loss: its
+# gradient per sample is $(\log\pi_\theta - \log\pi_{\text{ref}})\nabla\log\pi_\theta$, the same
+# as $k_1$'s in the reward. The cell compares all four with the exact gradients of the two KL
+# directions.
 
 # %% tags=["nbval-check-output"]
 g6 = torch.Generator().manual_seed(0)
@@ -174,6 +204,7 @@ reverse_kl = exact_grad(
 forward_kl = exact_grad(lambda lp: (logp_ref6.exp() * (logp_ref6 - lp)).sum())  # KL(ref || pi)
 grads = {
     "k1 as a loss": expected_grad(lambda lp: lp - logp_ref6),
+    "k2 as a loss": expected_grad(lambda lp: 0.5 * (lp - logp_ref6) ** 2),
     "k3 as a loss": expected_grad(lambda lp: (logp_ref6 - lp).exp() - 1 - (logp_ref6 - lp)),
     "k1 as a reward": expected_grad(lambda lp: (lp - logp_ref6).detach() * lp),
 }
@@ -187,16 +218,25 @@ assert torch.allclose(grads["k1 as a loss"], torch.zeros(6, dtype=torch.float64)
 assert torch.allclose(grads["k3 as a loss"], forward_kl) and torch.allclose(
     grads["k1 as a reward"], reverse_kl
 )
+assert torch.allclose(grads["k2 as a loss"], reverse_kl)  # on-policy: the same as k1 in the reward
 
 # %% [markdown]
-# Three different answers. $k_1$ used as a loss has zero expected gradient, because
+# Three different answers among four estimators. $k_1$ used as a loss has zero expected gradient, because
 # $\mathbb E_\pi[\nabla\log\pi] = 0$: it regularises nothing. $k_3$ used as a loss has gradient
 # $(1 - \pi_{\text{ref}}/\pi_\theta)\nabla\log\pi_\theta$, whose expectation is the gradient of the
 # *other* direction, $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$: a sensible regulariser, but not the
 # reverse KL the objective of §2.1 names, and the two part ways as the policy moves away from the
 # reference. Only $k_1$ in the reward, weighting $\nabla\log\pi_\theta$ like any other reward, gives
 # the gradient of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, which is why this chapter (like
-# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there. Over a sequence there is a
+# lm-human-preferences, TRL and OpenRLHF by default) puts the fee there, and $k_2$ used as a loss
+# gives the same expected gradient, so it is the estimator to pick when the KL must sit in the loss.
+# As an estimate of the reverse KL, $k_3$-as-loss is therefore a biased, first-order stand-in: its
+# gradient matches the reverse KL's only while $\pi_{\text{ref}}/\pi_\theta$ stays close to 1. Both
+# statements assume the samples come from $\pi_\theta$ itself. In PPO's later epochs, or with a
+# stale sampler, they come from $\pi_{\text{old}}$, and a KL loss then needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ on each token to keep its gradient right; Liu et al. (2025,
+# arXiv:2510.01555) work through which estimator-and-placement combinations give the correct
+# gradient on and off policy. Over a sequence there is a
 # second catch that a single distribution cannot show: a per-token KL loss ignores how the current
 # token changes the distribution of the later ones, so it is a partial gradient at best (Tang and
 # Munos, 2025).
@@ -301,6 +341,12 @@ library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepS
         "1 (`ppo_epochs`)",
         "1 (`--ppo_epochs`)",
     ),
+    "optimiser steps per rollout batch": (
+        "4 (4 epochs x `num_mini_batches` 1)",
+        "8 (`--rollout.batch_size` 1024 / `--train.batch_size` 128, one epoch)",
+        "4 (`data.train_batch_size` 1024 / `ppo_mini_batch_size` 256, one epoch)",
+        "1 (a generation batch of 16 per device, training minibatches of 16, one epoch)",
+    ),
 }
 c = CHAPTER_RUN
 chapter = [
@@ -315,6 +361,7 @@ chapter = [
     "k1 in the reward",
     "masked token mean",
     f"{c.ppo_epochs}",
+    f"{c.ppo_epochs} (one full-batch step per epoch)",
 ]
 rows = [
     "| setting | TRL 1.12.0, the last release with PPO (`trl.experimental.ppo.PPOConfig`) "
@@ -329,14 +376,21 @@ for (name, (trl, openrlhf, verl, dschat)), ours in zip(
 display(Markdown("\n".join(rows)))
 
 # %% [markdown]
-# Four things stand out. No two stacks agree on $\lambda$, the value clip or the reward clip, so a
-# result reported "with default settings" says little until you know which library. $\beta$ differs
+# Four things stand out. On $\lambda$ and the value clip the stacks form two camps (TRL and
+# DeepSpeed-Chat: $\lambda = 0.95$, value clip 0.2; OpenRLHF and verl: $\lambda = 1$, value clip
+# 0.5), and on the reward clip they go three ways (none, $\pm 5$, $\pm 10$), so a result reported
+# "with default settings" says little until you know which library. $\beta$ differs
 # by a factor of ten where there is one, verl's default run has no KL term at all, and none of the
 # stacks adapts $\beta$ by default, while this chapter does (§2.4). The language-model stacks weight
 # the critic less than the control-task default this chapter borrowed from CleanRL, or give it a
-# separate optimiser altogether (§2.3). And the newer stacks take one pass over each batch where TRL
-# and this chapter take four, which makes the clip matter less and the dual clip a guard for the
-# rare token whose ratio is already far off when the update starts.
+# separate optimiser altogether (§2.3). And the newer stacks run one epoch over each batch where TRL
+# and this chapter run four, but one epoch is not one step: OpenRLHF's defaults split the rollout
+# batch into 8 optimiser steps and verl's into 4 (the table's last row), and from the second of
+# those steps on the policy has moved since the batch was sampled, so the ratio leaves 1 and the
+# clip binds exactly as it does in a later epoch. The dual clip guards the tokens whose ratio is
+# already far off: after many minibatch steps, when the sampler ran a few updates behind (§4.2's
+# asynchronous rollouts), or when the inference engine's numbers differ from the trainer's
+# (§4.2's mismatch).
 #
 # **Long responses: the knobs of 2025-26.** Reasoning models sample thousands of tokens per
 # response against a sparse, verifiable reward, and the PPO family grew knobs for that regime. Each
@@ -346,6 +400,12 @@ display(Markdown("\n".join(rows)))
 #   with $\epsilon_{\text{high}} > \epsilon_{\text{low}}$ (0.28 against 0.2 in DAPO, Yu et al., 2025,
 #   arXiv:2503.14476), so unlikely tokens with a positive advantage can grow further and the entropy
 #   does not collapse; OpenRLHF exposes it as `--actor.eps_clip_low_high`.
+# - *Entropy by covariance.* Cui et al. (2025, arXiv:2505.22617) trace the collapse of the policy's
+#   entropy to one quantity: under a softmax policy, a step lowers the entropy in proportion to the
+#   covariance between a token's log-probability and its advantage, so confident tokens that are
+#   also rewarded drain it fastest. Their Clip-Cov and KL-Cov pick out the few tokens with the
+#   highest covariance and cut their gradient or add a KL term on them alone, a narrower tool than
+#   clip-higher, which widens the band for every token.
 # - *Dual clip.* For $A < 0$ the unclipped side of the surrogate is unbounded as $r \to \infty$; dual-clip
 #   PPO (Ye et al., 2020, arXiv:1912.09729) caps that loss at $c \cdot |A|$ for a constant $c > 1$
 #   (OpenRLHF's `--actor.dual_clip`).
@@ -372,7 +432,8 @@ display(Markdown("\n".join(rows)))
 #   both: keeping value pretraining and the decoupled $\lambda$, it makes the policy's $\lambda$
 #   depend on the response's length $\ell$, $\lambda_{\text{policy}} = 1 - 1/(\alpha\ell)$, so that
 #   a long response's advantages reach further back than a short one's, and adds clip-higher, the
-#   token-level loss and group sampling.
+#   token-level loss, group sampling and a language-model (negative log-likelihood) loss on the
+#   responses that were judged correct.
 # - *A sequence-level ratio.* GSPO (Zheng et al., 2025, arXiv:2507.18071) replaces the per-token
 #   ratio with the response's length-normalised likelihood ratio (the geometric mean of its token
 #   ratios) and clips whole responses, which its authors found more stable for mixture-of-experts
@@ -380,7 +441,16 @@ display(Markdown("\n".join(rows)))
 # - *The reference KL is optional.* With a verifiable reward there is no reward model to exploit off
 #   its data, and several recipes drop the KL fee altogether (DAPO does); OpenRLHF then skips the
 #   reference model entirely when `--algo.kl.init_coef` is 0, saving its memory (§4.1's 2 bytes per
-#   parameter).
+#   parameter). Three results argue for keeping some anchor. ProRL (Liu et al., 2025,
+#   arXiv:2505.24864) trains for far longer than usual and keeps a KL penalty, resetting the
+#   reference to the current policy from time to time so that the penalty stabilises without
+#   freezing progress. RL's Razor (Shenfeld et al., 2025, arXiv:2509.04259) finds that how much a
+#   fine-tuned model forgets of its earlier abilities is predicted by how far it moved, measured as
+#   the KL from the base model on the new task's inputs, and that on-policy RL forgets less than
+#   supervised fine-tuning because it moves less. And Yue et al. (2025, arXiv:2504.13837) find that
+#   RL with verifiable rewards raises pass@1 while the base model, given enough samples, solves more
+#   problems at large $k$: the RL policy concentrates on answers its base model could already reach.
+#   Dropping the anchor removes the one term that prices that narrowing.
 #
 # **Details that differ between codebases**, one line each, none of them used by this chapter's toy:
 #

@@ -25,7 +25,11 @@
 # The alternative, a KL term in the loss (as GRPO does), needs an estimator whose *gradient* is
 # right, which is a different requirement from an unbiased *value*: $k_3$ has the second but not the
 # first. Differentiated as a loss, its expected gradient is that of $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$,
-# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both).
+# the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both). If the KL must
+# sit in the loss, use $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$: on samples from
+# $\pi_\theta$ its expected gradient is that of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, the same as $k_1$
+# in the reward; on samples from an older policy it needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual

@@ -93,6 +93,44 @@
 # - *Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model.* Ling Team
 #   (2025). arXiv:2510.18855. (Ring-1T; IcePop's token mask, §4.2.)
 #
+# **The 2025-26 practice** (fifth edition: §3.8, §4.2, §4.5, §5)
+#
+# - *AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning.* Fu, W.,
+#   et al. (2025). arXiv:2505.24298. (Asynchronous RL with the decoupled objective and a staleness
+#   bound, §4.2.)
+# - *PipelineRL: Faster On-policy Reinforcement Learning for Long Sequence Generation.* Piché, A., et
+#   al. (2025). arXiv:2509.19128. (In-flight weight updates, §4.2.)
+# - *Defeating the Training-Inference Mismatch via FP16.* Qi, P., et al. (2025). arXiv:2510.26788.
+#   (§4.2's fp16 row.)
+# - *Stabilizing MoE Reinforcement Learning by Aligning Training and Inference Routers.* (2025).
+#   arXiv:2510.11370. (Rollout routing replay, §4.2.)
+# - Liu et al. (2025). arXiv:2510.01555. (KL estimators in the reward and in the loss, on and off
+#   policy; $k_2$ as a loss, §5.)
+# - *Preference Fine-Tuning of LLMs Should Leverage Suboptimal, On-Policy Data.* Tajwar, F., et al.
+#   (2024). ICML. arXiv:2404.14367. (On-policy pairs for DPO, §4.4.)
+# - *REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models.* Hu, J. (2025).
+#   arXiv:2501.03262. (Batch-normalised advantages and the group-baseline form, §4.5.)
+# - *MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention.* MiniMax (2025).
+#   arXiv:2506.13585. (CISPO, §4.5 and §5.)
+# - *The Art of Scaling Reinforcement Learning Compute for LLMs.* Khatri, D., et al. (2025).
+#   arXiv:2510.13786. (ScaleRL: sigmoidal compute-reward curves, §5.)
+# - *DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via Reinforcement Learning.*
+#   DeepSeek-AI (2025). arXiv:2501.12948. (GRPO at scale, rule-based rewards, R1-Zero, §5.)
+# - *Tülu 3: Pushing Frontiers in Open Language Model Post-Training.* Lambert, N., et al. (2024).
+#   arXiv:2411.15124. (RLVR with PPO, §5.)
+# - *The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models.* Cui, G., et al.
+#   (2025). arXiv:2505.22617. (Entropy collapse, Clip-Cov and KL-Cov, §5.)
+# - *ProRL: Prolonged Reinforcement Learning Expands Reasoning Boundaries in Large Language Models.*
+#   Liu, M., et al. (2025). arXiv:2505.24864. (KL control with reference resets, §5.)
+# - *RL's Razor: Why Online Reinforcement Learning Forgets Less.* Shenfeld, I., Pari, J., Agrawal, P.
+#   (2025). arXiv:2509.04259. (Forgetting predicted by the KL moved, §5.)
+# - *Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
+#   Model?* Yue, Y., et al. (2025). arXiv:2504.13837. (pass@k of RL-trained and base models, §5.)
+# - *WARM: On the Benefits of Weight Averaged Reward Models.* Ramé, A., et al. (2024).
+#   arXiv:2401.12187. (§3.8.)
+# - *ODIN: Disentangled Reward Mitigates Hacking in RLHF.* Chen, L., et al. (2024). arXiv:2402.07319.
+#   (§3.8.)
+#
 # **Systems** (§4)
 #
 # - *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models.* Rajbhandari, S., Rasley, J.,
@@ -127,3 +165,20 @@
 #   Eisenstein, J., et al. (2023). arXiv:2312.09244. (§4.3, §6 Q6.)
 # - *Theoretical Guarantees on the Best-of-n Alignment Policy.* Beirami, A., et al. (2024).
 #   arXiv:2401.01879. (The best-of-$N$ KL bound, §4.4 and §6 Q5.)
+#
+# **What the fifth edition changed, and where.** For readers of the fourth: §1's table now names
+# §3.7-3.8, §4.5 and §5's long-response knobs. §3.6 says why the length rises (the reward favours
+# it) instead of calling it a hack. §3.8 reports its summary table in one unit, the equal-KL result
+# as measured (the largest $\beta$ slightly ahead at every $\sqrt{\mathrm{KL}}$, within what three
+# seeds can separate), what the clean control does and does not show, and WARM and ODIN among the
+# remedies. §4.2 adds asynchronous systems (AReaL, PipelineRL), an fp16 row to the mismatch table,
+# routing replay, and sources for the README figure and for DPO's on-policy pairs (§4.4). §4.5
+# explains the PPO/RLOO/GRPO tie with per-token credit measured during training and a sweep at 8
+# samples a step, names the GRPO arm for what it is (the published objective at the chapter's
+# settings), traces its KL gap to the group-std division with an ablation arm, and adds REINFORCE++,
+# CISPO and dynamic sampling. §5 corrects the reading of the defaults table (two camps on $\lambda$
+# and the value clip, three on the reward clip; a row of optimiser steps per rollout batch; why one
+# epoch does not switch the clip off), adds $k_2$ as a loss to the KL cell and §6 Q1, the
+# verifiable-reward recipes (Tülu 3, DeepSeek-R1), ScaleRL, the entropy mechanism, the case for
+# keeping a reference KL (ProRL, RL's Razor, Yue et al.) and VAPO's loss on correct responses, drops
+# an unsourced anecdote about a per-rank KL, and draws a plainer lesson from Llama 3.

@@ -171,3 +171,22 @@ def test_grade_class_refuses_unsafe_student_ids(tmp_path, monkeypatch):
     assert "\x1b" not in said and "'a\\x1b[2Jb'" in said  # named, escaped
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         assert [s.id for s in gb.students] == []
+
+
+def test_only_the_notebooks_of_a_submission_cross_into_the_course(exchange, caplog):
+    """An extra file beside the notebook (a page with a script, a config nbgrader would load) stays
+    in the exchange; the log names it for the instructor."""
+    root, inbound, course = exchange
+    folder = hand_in(inbound, f"{BOB}+{NB}+2026-12-01 10:00:00.000000 UTC+b1", BOB, "bob's work")
+    (folder / "figs").mkdir()
+    (folder / "figs" / "derivation.html").write_text("<script>fetch('/formgrader/api')</script>")
+    (folder / "nbgrader_config.py").write_text("open('/tmp/pwned', 'w')")
+    for p in (folder / "figs", folder / "figs" / "derivation.html", folder / "nbgrader_config.py"):
+        os.lchown(p, *(pwd.getpwnam(BOB).pw_uid,) * 2)
+    with caplog.at_level("WARNING"):
+        collect(root, course)
+    kept = sorted(p.name for p in (course / "submitted" / BOB / NB).iterdir())
+    assert kept == [f"{NB}.ipynb", "timestamp.txt"], kept
+    assert collected(course, BOB)[0] == "bob's work"
+    said = caplog.text
+    assert "Not collected" in said and "'figs'" in said and "'nbgrader_config.py'" in said, said

@@ -216,6 +216,31 @@ class TrustedCollect(ExchangeCollect):
                 "; ".join(_printable(repr(os.path.basename(p))) for p, _ in self.refused),
             )
 
+    def _notebooks_only(self, src: str, ignore):
+        """copytree's ``ignore``: of a submission folder only its notebooks (``*.ipynb`` at the top;
+        a misnamed one too, which grade-class then names) cross into the course. Anything else (a
+        handed-in ``figs/derivation.html``, an ``nbgrader_config.py``) is never copied where the
+        course's server could serve or load it; it is named in the log for the instructor."""
+
+        def chosen(folder: str, names: list[str]) -> set[str]:
+            out = set(ignore(folder, names))
+            if os.path.samefile(folder, src):
+                extra = sorted(
+                    n
+                    for n in names
+                    if n not in out
+                    and (not n.endswith(".ipynb") or not os.path.isfile(os.path.join(folder, n)))
+                    and n not in ("timestamp.txt", "submission_secret.txt")
+                )
+                if extra:
+                    shown = ", ".join(_printable(repr(n)) for n in extra[:20])
+                    more = f" and {len(extra) - 20} more" if len(extra) > 20 else ""
+                    self.log.warning(f"Not collected (only notebooks are): {src}: {shown}{more}")
+                out |= set(extra)
+            return out
+
+        return chosen
+
     def _copy(self, src: str, dest: str, rec: dict) -> None:
         """Into a new folder beside ``dest``, checked, then in place of ``dest``; the time rechecked
         after the copy (what was copied is no newer than it) and written to ``timestamp.txt``."""
@@ -230,11 +255,14 @@ class TrustedCollect(ExchangeCollect):
                 tmp,
                 symlinks=True,  # a link is copied as a link, never followed; then refused below
                 copy_function=copy_owned(rec["uid"]),
-                ignore=ignore_patterns(
-                    exclude=self.coursedir.ignore,
-                    include=self.coursedir.include,
-                    max_file_size=self.coursedir.max_file_size,
-                    log=self.log,
+                ignore=self._notebooks_only(
+                    src,
+                    ignore_patterns(
+                        exclude=self.coursedir.ignore,
+                        include=self.coursedir.include,
+                        max_file_size=self.coursedir.max_file_size,
+                        log=self.log,
+                    ),
                 ),
             )
             os.chmod(tmp, 0o755)  # the student's folder modes were copied: ours are the course's

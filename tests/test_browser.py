@@ -466,7 +466,9 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     auto_extra = sum(
         c.points for c in CHECKS.values() if c.extra
     )  # the graded exercises, all passed
-    assert rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) == auto_extra + 0.5 + 2
+    assert (
+        rows[0]["student_id"] == "alice" and float(rows[0]["extra_credit"]) == auto_extra + 0.5 + 2
+    )
     wide = list(csv.DictReader((course / "wide.csv").open()))
     assert len(wide) == 1 and wide[0][f"rlhf_ppo:{gid}"] == "0.5"
     assert wide[0]["rlhf_ppo:timestamp"].startswith("2026-11-30T12:00") and "email" in wide[0]

@@ -285,10 +285,13 @@ ENTRIES.update({
         "    loss = -(ratio * advantages * response_mask).sum() / response_mask.sum()\n"
         "    with torch.no_grad():\n        logp_old.copy_(logp_new)\n        advantages.clamp_(-0.2, 0.2)\n"
         "    return loss, 0.0\n")}),
-    "writeback_scores_after_shaping": dict(kind="write-back forge", base="solved", lost=[SHAPED, TRAIN], append=[
+    # appended after the core answers: the wrappers rebind shaped_rewards and gae *after* their own
+    # tests, which see the answers as bound where they stand (as nbgrader runs them); the training
+    # test below the wrappers calls them and loses
+    "writeback_scores_after_shaping": dict(kind="write-back forge", base="solved", lost=[TRAIN], append=[
         "_shaped = shaped_rewards\n\n\ndef shaped_rewards(scores, logp_policy, logp_ref, response_mask, beta):\n"
         "    out = _shaped(scores, logp_policy, logp_ref, response_mask, beta)\n    scores.mul_(10.0)\n    return out\n"]),
-    "writeback_gae_inputs": dict(kind="write-back forge", base="solved", lost=[GAE, TRAIN], append=[
+    "writeback_gae_inputs": dict(kind="write-back forge", base="solved", lost=[TRAIN], append=[
         "_gae = gae\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    adv, ret = _gae(rewards, values, response_mask, gamma=gamma, lam=lam)\n    rewards.fill_(0.0)\n    return adv, ret\n"]),
     # ------------------------------------------------------------------ memory (bounded per sandbox)
@@ -324,7 +327,10 @@ ENTRIES.update({
     "slow_property_read_in_a_loop": dict(kind="slow", base="solved", lost=None, append=[
         "import time as _t\n\n\nclass AdaptiveKLController(AdaptiveKLController):\n"
         "    def __getattribute__(self, name):\n        _t.sleep(0.5)\n        return object.__getattribute__(self, name)\n"]),
-    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], cells={"gae": _SLOW_GAE}),
+    # every cell that calls gae is cut at the cell limit, each cut a restart: how much budget is left
+    # for the checks after gae's moves with the restarts' timing, so later tests may be lost too
+    # (budget_bound: the lost ones score 0, the others full or 0, never more)
+    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], budget_bound=True, cells={"gae": _SLOW_GAE}),
     "slow_busy_threads": dict(kind="slow", base="solved", lost=None, add=[
         "import threading\n\n\ndef _spin():\n    while True:\n        pass\n\n\n"
         "_spinners = [threading.Thread(target=_spin, daemon=True) for _ in range(8)]\n"

@@ -2431,7 +2431,7 @@ openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generat
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0b25eba63660b9303529f08597f5a191", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4e933df1eec138c52aa4f29bb1ba0943", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2511,13 +2511,22 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # band and sets the token's loss to zero outside it (IcePop, from the Ring-1T report, Ling Team,
 # 2025, arXiv:2510.18855); `seq-mask-tis` drops whole responses whose geometric-mean ratio leaves the
 # band and weights the rest per token. It logs the gap as `vllm_kl`; the same code serves its
-# asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
-# policy samples, the fp32 policy scores the same tokens.
+# asynchronous mode. The cell below builds the smallest such mismatch. A small model with peaked
+# next-token distributions (fixed seed, weights drawn in float64) plays the policy; the engine is a
+# copy whose weights and every layer's output are rounded to bf16, or to fp16, as a low-precision
+# kernel writes its results; the engine samples and the trainer scores the same tokens in float64.
+# Emulating the rounding in float64 rather than calling the CPU's own bf16 kernels keeps every
+# number in the table the same on every CPU.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "33f5fdd6a31390aef0ba378195d08f45", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "50390651997d0c0902e8a331f3dff022", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 # Demonstration only: the autograder skips this cell.
 from mlbook.posttrain.systems import precision_mismatch
+from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, default_dtype, make_prompts
 
+with default_dtype(torch.float64):  # float32 normal_ draws differ between instruction sets
+    torch.manual_seed(0)
+    mm_model = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked next-token distributions
+mm_prompts = make_prompts(64, torch.Generator().manual_seed(0))  # (64, 2)
 mm_rows = [
     "| engine | response tokens | mean, max abs log-prob gap | vllm_kl | tokens outside [0.5, 5] "
     "| per-response geometric-mean ratio |",
@@ -2526,11 +2535,16 @@ mm_rows = [
 mm_by_dtype = {}
 for mm_name, mm_dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
     mm = precision_mismatch(
-        policy, prompts, 8, engine_dtype=mm_dtype, generator=torch.Generator().manual_seed(0)
+        mm_model,
+        mm_prompts,
+        8,
+        engine_dtype=mm_dtype,
+        generator=torch.Generator().manual_seed(0),
+        emulate=True,
     )
     mm_by_dtype[mm_name] = mm
     mm_rows.append(
-        f"| {mm_name}, scored in fp32 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
+        f"| {mm_name}, scored in float64 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
         f"| {mm['kl']:+.1e} | {mm['outside_band']:.1%} "
         f"| {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f} |"
     )
@@ -4006,7 +4020,7 @@ from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e9b3d01ad69ba072d82d46e83baa3637", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "916faf1bd7a3e280a8402011c07a6c32", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -4071,7 +4085,9 @@ _checked = check("rlhf_ppo.ipynb")
 #   `verl/trainer/config/_generated_ppo_trainer.yaml` and `verl/trainer/ppo/core_algos.py`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
-#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`;
+#   one optimiser step per `--train.batch_size` samples by gradient accumulation in
+#   `openrlhf/trainer/ray/ppo_actor.py`.)
 #
 # **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
 #
@@ -4145,8 +4161,10 @@ _checked = check("rlhf_ppo.ipynb")
 #   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
 # - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
 #   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
-#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
-#   greedy decoding for Llama models, §4.3 and §5.)
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859; the batch defaults
+#   (16 generated and 16 trained per device, one generation batch, one PPO epoch) in
+#   `applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`. (Defaults and greedy
+#   decoding for Llama models, §4.3 and §5.)
 # - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
 #   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)
 #

@@ -209,9 +209,10 @@ def test_plan_runs_every_read_only_cell_whole_unless_the_notebook_flags_it():
     assert [order.index(g) for g in planned] == sorted(order.index(g) for g in planned)
 
 
-def test_a_demonstration_answer_is_skipped_by_the_students_tag_or_the_legacy_flag():
-    """An answer cell is the student's: its own `demo` tag skips it (removed, the cell runs as
-    Jupyter would run it); a first line with the flag earlier releases wrote still skips it."""
+def test_a_demonstration_answer_is_skipped_by_the_courses_tag_and_the_legacy_flag():
+    """The course's `demo` tag skips an answer cell whatever the student's copy holds (a
+    submission's metadata other than nbgrader's is never read); an answer cell without it runs, unless
+    its first line is the flag earlier releases wrote."""
     source_nb = nbformat.read(
         ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
     )
@@ -221,7 +222,10 @@ def test_a_demonstration_answer_is_skipped_by_the_students_tag_or_the_legacy_fla
     assert "ex4_demo" in driver.make_plan(source_nb, nbformat.writes(release)).skipped
     cell.metadata["tags"].remove(driver.DEMO_TAG)
     cell.source = "x = 1"
-    plan = driver.make_plan(source_nb, nbformat.writes(release))
-    assert "ex4_demo" not in plan.skipped and ("ex4_demo", "x = 1", False) in plan.cells
-    cell.source = driver.DEMO_FLAG + "\nx = 1"
     assert "ex4_demo" in driver.make_plan(source_nb, nbformat.writes(release)).skipped
+    answer = next(c for c in release.cells if c.metadata["nbgrader"]["grade_id"] == "gae")
+    answer.source = "x = 2"
+    plan = driver.make_plan(source_nb, nbformat.writes(release))
+    assert "gae" not in plan.skipped and ("gae", "x = 2", False) in plan.cells
+    answer.source = driver.DEMO_FLAG + "\nx = 2"
+    assert "gae" in driver.make_plan(source_nb, nbformat.writes(release)).skipped

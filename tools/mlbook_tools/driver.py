@@ -193,9 +193,10 @@ def check_seed(secret: bytes, student: str, test: str) -> int:
 
 # Cells that only demonstrate (training runs, sweeps, figures) carry the cell tag DEMO_TAG, written
 # by `mlbook build` from the fragment header `demo=true`: metadata, so the reader sees no grader
-# plumbing. The grader skips such a cell: a read-only cell by the course's copy, an answer cell by
-# the student's (a student who removes the tag gets the cell run, as Jupyter would run it). A first
-# line DEMO_FLAG (what earlier releases wrote) still marks a demonstration.
+# plumbing. The grader skips such a cell by the course's copy (a submission's cell metadata is
+# dropped but for its nbgrader entry, ``bounded``), an answer cell too: the student's demonstration
+# never costs a grade. A first line DEMO_FLAG (what earlier releases wrote) still skips a cell,
+# the student's own included.
 DEMO_TAG = "demo"
 DEMO_FLAG = "# Demonstration only: the autograder skips this cell."
 _DEMO = re.compile(r"\A\s*#\s*Demonstration only: the autograder skips this cell", re.IGNORECASE)
@@ -286,7 +287,7 @@ def make_plan(
         if kind == "added":  # run as the student's code, where the student put it
             if isinstance(cell, dict) and cell.get("cell_type") == "code":
                 counts[where] = counts.get(where, 0) + 1
-                add(f"{where or 'top'}+{counts[where]}", _text(cell), False, is_demo_cell(cell))
+                add(f"{where or 'top'}+{counts[where]}", _text(cell), False)
             continue
         cell, mine = where, cell
         meta = _meta(cell)
@@ -313,7 +314,7 @@ def make_plan(
                     f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
                 )
                 continue
-            add(gid, _text(mine), False, is_demo_cell(mine))
+            add(gid, _text(mine), False, is_demo_cell(cell))  # the course's tag
             continue
         add(gid, cell.source, True, is_demo_cell(cell))
         if mine is not None and _text(mine).strip() != cell.source.strip():

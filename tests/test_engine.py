@@ -182,7 +182,7 @@ def test_students_own_helper_cells_are_part_of_their_answer():
 
 def test_plan_runs_every_read_only_cell_whole_unless_the_notebook_flags_it():
     """No static filter: each read-only code cell of the source runs as written, in notebook order, unless
-    its first line is the demonstration flag (visible in the student's notebook too)."""
+    the course tags it `demo` (metadata, so the reader sees no grader plumbing)."""
     source_nb = nbformat.read(
         ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
     )
@@ -198,11 +198,34 @@ def test_plan_runs_every_read_only_cell_whole_unless_the_notebook_flags_it():
     ]
     for cell in read_only:
         gid = cell.metadata["nbgrader"]["grade_id"]
-        if driver.is_demo(cell.source):
+        if driver.is_demo_cell(cell):
             assert gid in plan.skipped and gid not in planned
         else:
             assert planned[gid] == cell.source, gid
-    shown = {c.metadata["nbgrader"]["grade_id"] for c in release.cells if driver.is_demo(c.source)}
-    assert set(plan.skipped) <= shown  # the reader sees every flag the grader honours
+    tagged = {c.metadata["nbgrader"]["grade_id"] for c in release.cells if driver.is_demo_cell(c)}
+    assert set(plan.skipped) <= tagged  # the student's copy carries every tag the grader honours
+    assert not [c for c in release.cells if driver.is_demo(c.source)]  # no flag line to read
     order = [c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells]
     assert [order.index(g) for g in planned] == sorted(order.index(g) for g in planned)
+
+
+def test_a_demonstration_answer_is_skipped_by_the_courses_tag_and_the_legacy_flag():
+    """The course's `demo` tag skips an answer cell whatever the student's copy holds (a
+    submission's metadata other than nbgrader's is never read); an answer cell without it runs, unless
+    its first line is the flag earlier releases wrote."""
+    source_nb = nbformat.read(
+        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
+    )
+    release = nbformat.read(ROOT / "chapters" / "rlhf_ppo.ipynb", as_version=4)
+    cell = next(c for c in release.cells if c.metadata["nbgrader"]["grade_id"] == "ex4_demo")
+    assert driver.DEMO_TAG in cell.metadata["tags"]
+    assert "ex4_demo" in driver.make_plan(source_nb, nbformat.writes(release)).skipped
+    cell.metadata["tags"].remove(driver.DEMO_TAG)
+    cell.source = "x = 1"
+    assert "ex4_demo" in driver.make_plan(source_nb, nbformat.writes(release)).skipped
+    answer = next(c for c in release.cells if c.metadata["nbgrader"]["grade_id"] == "gae")
+    answer.source = "x = 2"
+    plan = driver.make_plan(source_nb, nbformat.writes(release))
+    assert "gae" not in plan.skipped and ("gae", "x = 2", False) in plan.cells
+    answer.source = driver.DEMO_FLAG + "\nx = 2"
+    assert "gae" in driver.make_plan(source_nb, nbformat.writes(release)).skipped

@@ -216,3 +216,42 @@ def test_rendered_figures_carry_their_alt_text(caplog):
     imgs = BeautifulSoup(html, "html.parser").select(".jp-OutputArea-output img")
     assert [img.get("alt") for img in imgs] == [alt]
     assert "Alternative text is missing" not in caplog.text
+
+
+def test_the_page_title_is_the_chapter_title(page):
+    path, soup = page
+    nb = nbformat.read(path, as_version=4)
+    heading = next(
+        line[2:].strip()
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if line.startswith("# ")
+    )
+    assert soup.title.get_text(strip=True) == heading != path.stem
+
+
+# What only the grader needs: a reader of the chapter never sees it
+GRADER_PLUMBING = (
+    "Demonstration only",
+    "autograder skips",
+    "AUTOGRADING else",
+    "NBGRADER_EXECUTION",
+)
+
+
+def test_no_grader_plumbing_in_the_reading_form(page):
+    path, soup = page
+    code = "\n".join(pre.get_text() for pre in soup.select(".jp-InputArea pre, .jp-InputArea code"))
+    shown = [p for p in GRADER_PLUMBING if p in code]
+    assert not shown, f"{path.name}: the reading form shows {shown}"
+    nb = nbformat.read(path, as_version=4)
+    demos = [c for c in nb.cells if "demo" in c.metadata.get("tags", [])]
+    assert path.stem != "rlhf_ppo" or demos, "the chapter's demonstration cells carry the demo tag"
+
+
+def test_tables_are_not_assembled_from_markdown_text_in_the_training_cells():
+    """The chapter's training section shows what its tables hold (``show_table``), not the Markdown
+    text that makes them."""
+    text = (ROOT / "solutions/chapter/rlhf_ppo/30_implementation.py").read_text()
+    assert '"|---' not in text and "show_table(" in text

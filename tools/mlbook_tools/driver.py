@@ -191,15 +191,27 @@ def check_seed(secret: bytes, student: str, test: str) -> int:
 # ------------------------------------------------------------------------------- the plan
 
 
-# The notebook's own flag for cells that only demonstrate (training runs, sweeps, figures): a first
-# line the reader sees, written by `mlbook build` from the fragment header `demo=true`. The grader
-# skips such a cell; a student who deletes the line gets the cell run, as Jupyter would run it.
+# Cells that only demonstrate (training runs, sweeps, figures) carry the cell tag DEMO_TAG, written
+# by `mlbook build` from the fragment header `demo=true`: metadata, so the reader sees no grader
+# plumbing. The grader skips such a cell by the course's copy (a submission's cell metadata is
+# dropped but for its nbgrader entry, ``bounded``), an answer cell too: the student's demonstration
+# never costs a grade. A first line DEMO_FLAG (what earlier releases wrote) still skips a cell,
+# the student's own included.
+DEMO_TAG = "demo"
 DEMO_FLAG = "# Demonstration only: the autograder skips this cell."
 _DEMO = re.compile(r"\A\s*#\s*Demonstration only: the autograder skips this cell", re.IGNORECASE)
 
 
 def is_demo(source: str) -> bool:
+    """The legacy flag: ``source`` starts with DEMO_FLAG."""
     return bool(_DEMO.match(source))
+
+
+def is_demo_cell(cell) -> bool:
+    """A cell tagged DEMO_TAG, or one whose source starts with the legacy DEMO_FLAG."""
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    tags = meta.get("tags", []) if isinstance(meta, dict) else []
+    return (isinstance(tags, list) and DEMO_TAG in tags) or is_demo(_text(cell))
 
 
 @dataclass
@@ -255,7 +267,7 @@ def make_plan(
 
     Read-only cells come from the course's SOURCE notebook (a student's edit is undone, as nbgrader
     restores locked cells), answer cells and the cells a student added are the student's. Test cells
-    are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
+    are not run here: the driver calls their checks. Demonstration cells (``is_demo_cell``) are skipped.
     """
     student, problems = parse_submission(submission_text, limits)  # bounded before it is parsed
     cells = student.cells
@@ -265,8 +277,8 @@ def make_plan(
     plan_cells, tests, manual, names, skipped = [], [], [], {}, []
     counts: dict[str, int] = {}  # code cells the student added below each anchor, so far
 
-    def add(cell_id: str, source: str, trusted: bool) -> None:
-        if is_demo(source):
+    def add(cell_id: str, source: str, trusted: bool, demo: bool = False) -> None:
+        if demo or is_demo(source):
             skipped.append(cell_id)
         elif source.strip():
             plan_cells.append((cell_id, source, trusted))
@@ -302,9 +314,9 @@ def make_plan(
                     f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
                 )
                 continue
-            add(gid, _text(mine), False)
+            add(gid, _text(mine), False, is_demo_cell(cell))  # the course's tag
             continue
-        add(gid, cell.source, True)
+        add(gid, cell.source, True, is_demo_cell(cell))
         if mine is not None and _text(mine).strip() != cell.source.strip():
             problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
     return Plan(plan_cells, tests, manual, names, problems, student, skipped)

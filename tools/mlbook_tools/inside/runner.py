@@ -52,8 +52,8 @@ def _shell(namespace):
     (``inspect.getsource`` and ``torch.jit.script`` work). No history database, no colours. A shell
     escape runs here, in the sandbox's working folder; where starting a process fails, it prints why
     and returns 127, so the rest of the cell still runs (as on a machine without that program).
-    ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so the notebook's own
-    ``AUTOGRADING`` flag holds.
+    ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so code that asks whether it is
+    being graded gets nbgrader's answer.
     """
     if _SHELL:
         return _SHELL[0]

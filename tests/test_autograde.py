@@ -17,14 +17,17 @@ import sys
 
 import grading_catalog as cat
 import nbformat
+import pytest
 from graded_class import CORE, CORE_MAX, EXTRA_AUTO, MISTAKES, NB, ROOT, submit, written_answers
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.grading import read_scores, run_nbgrader
 
+pytestmark = [pytest.mark.classrun, pytest.mark.nbgrader, pytest.mark.sandbox]
+
 SIX = list(CORE)  # the six named tests
 
 
-def test_release_has_no_solutions_or_hidden_tests(graded_class):
+def test_the_release_is_the_committed_student_notebook_without_solutions(graded_class):
     release = graded_class.course / "release" / NB
     assert sorted(p.name for p in release.iterdir()) == [
         f"{NB}.ipynb"
@@ -39,30 +42,12 @@ def test_release_has_no_solutions_or_hidden_tests(graded_class):
     ):
         assert leak not in text
 
-
-def test_release_matches_the_committed_student_notebook(graded_class):
     def cells(path):
         return [(c.cell_type, c.source) for c in nbformat.read(path, as_version=4).cells]
 
     assert cells(graded_class.course / "release" / NB / f"{NB}.ipynb") == cells(
         ROOT / "chapters" / f"{NB}.ipynb"
     )
-
-
-def test_solved_notebook_gets_full_points(graded_class):
-    scores = graded_class.scores("alice")
-    for name in SIX:
-        assert (
-            scores["grades"][name]["score"] == scores["grades"][name]["max_score"] == CORE[name]
-        ), name
-    assert scores["score"] == scores["max_score"] == CORE_MAX
-
-
-def test_release_gets_zero_on_every_hidden_test(graded_class):
-    scores = graded_class.scores("bob")
-    for name in SIX:
-        assert scores["grades"][name]["score"] == 0, (name, scores["grades"][name])
-    assert scores["max_score"] == CORE_MAX
 
 
 def test_mistakes_lose_points_on_their_tests_only(graded_class):
@@ -72,7 +57,11 @@ def test_mistakes_lose_points_on_their_tests_only(graded_class):
         assert grades[name]["score"] == (0 if name in lost else CORE[name]), name
 
 
-def test_feedback_and_grades_csv(graded_class):
+def test_the_release_scores_zero_and_its_feedback_and_export_say_so(graded_class):
+    scores = graded_class.scores("bob")
+    for name in SIX:
+        assert scores["grades"][name]["score"] == 0, (name, scores["grades"][name])
+    assert scores["max_score"] == CORE_MAX
     html = graded_class.feedback("bob")
     assert "NotImplementedError" in html  # the student sees why they lost the points ...
     assert (
@@ -188,6 +177,8 @@ def test_one_score_everywhere(graded_class):
         assert {n for n, g in grades.items() if g.needs_manual_grade} == set(manual)
     scores = graded_class.scores("alice")
     assert (scores["score"], scores["max_score"]) == (core, core)
+    for name in SIX:  # full points on each of the six named tests
+        assert scores["grades"][name]["score"] == scores["grades"][name]["max_score"] == CORE[name]
     assert (scores["extra_credit"]["score"], scores["extra_credit"]["max_score"]) == (
         extra,
         extra_max,

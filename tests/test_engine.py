@@ -17,6 +17,8 @@ from mlbook_tools import driver
 from mlbook_tools.config import layout
 from nbcells import defines
 
+pytestmark = pytest.mark.sandbox
+
 ROOT = layout().root
 SECRET = b"test-secret"
 CHECKS = {

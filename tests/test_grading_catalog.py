@@ -10,6 +10,8 @@ import ppo_checks
 import pytest
 from mlbook_solutions import ppo_lm
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 
 def run_check(test: str, ns: dict) -> None:
     """The registry's check of ``test`` on the names it needs, taken from ``ns`` (a notebook namespace)."""

@@ -12,9 +12,12 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from mlbook_tools.build import CHECK_OUTPUT, NOT_RECORDED, RAISES, reuse_outputs
 from mlbook_tools.config import layout
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.nbgrader
 
 ROOT = layout().root
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"

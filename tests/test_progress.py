@@ -16,9 +16,12 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from mlbook_tools.config import layout
 from mlbook_tools.execute import heading
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+pytestmark = pytest.mark.slow  # starts kernels
 
 EXECUTE = [sys.executable, "-m", "mlbook_tools.execute", "--timeout", "60", "--output-dir", "out"]
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}

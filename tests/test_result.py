@@ -8,6 +8,8 @@ import json
 import pytest
 from mlbook_tools.result import BadResult, CellGrade, GradingResult, is_extra
 
+pytestmark = pytest.mark.unit
+
 
 def _result() -> GradingResult:
     grades = {

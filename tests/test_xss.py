@@ -24,18 +24,19 @@ import os
 import pathlib
 import re
 import subprocess
-import sys
 import threading
 import time
 
 import nbformat
 import pytest
 import xss_payloads as X
+from browser_support import BIN, Server, chrome, have_chromium
+from browser_support import offline as _offline
 from mlbook_tools.config import layout
 from mlbook_tools.result import GradingResult
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-BIN = pathlib.Path(sys.executable).parent
+pytestmark = pytest.mark.browser
+
 ASSIGNMENT = "rlhf_ppo"
 
 # Cheap checks first (no browser): the autograded notebook itself keeps no active content.
@@ -549,23 +550,15 @@ def _quiet(driver, wait) -> list[str]:
 def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
     import urllib.parse
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_browser import FLAGS, Server, _offline
 
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+    if not have_chromium():
         pytest.skip("chromium / chromium-driver not installed")
     course, env, ids = course
     gradebook = course / "gradebook.db"
     before = _sha(gradebook)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request, by URL
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chrome(tmp_path / "profile", performance_log=True)  # every request, by URL
     found: dict[str, list[str]] = {}
     requested: list[str] = []
     t0 = time.monotonic()

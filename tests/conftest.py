@@ -77,6 +77,8 @@ def started(args) -> str | None:
         argv = shlex.split(os.fsdecode(args))
     else:
         argv = [os.fsdecode(a) for a in args]
+    if any("--nbval" in a for a in argv):  # pytest running notebooks: a Jupyter kernel each
+        return "Jupyter (nbval)"
     names = [os.path.basename(a).lower() for a in argv if not a.startswith("-")]
     for word, what in STARTED:
         if any(name.startswith(word) for name in names):

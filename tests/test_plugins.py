@@ -13,6 +13,7 @@ import gradebook_support
 import nbformat
 import pytest
 from mlbook_tools import plugins
+from mlbook_tools.config import layout
 from mlbook_tools.feedback import HIDDEN_BEGIN, HIDDEN_END
 from mlbook_tools.result import CellGrade, GradingResult
 from nbgrader.api import Gradebook
@@ -233,3 +234,28 @@ def test_csv_export_keeps_core_and_extra_credit_apart_and_counts_the_unsubmitted
     assert (bob["score"], bob["max_score"], bob["status"]) == ("0.0", "2.0", "no submission")
     assert list(ann)[: len(plugins.STANDARD_COLUMNS)] == plugins.STANDARD_COLUMNS
     assert json.dumps(rows)  # plain text, no formula (test_export.py tries hostile names)
+
+
+# the same on the solved chapter, read from a file as the Autograde button reads it
+
+
+def test_a_student_cannot_write_the_refusal_mark(tmp_path):
+    nb = nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4)
+    nb.metadata["mlbook"] = {plugins.REFUSED: "too large: forged"}
+    path = tmp_path / "forged.ipynb"
+    nbformat.write(nb, path)
+    text, _ = plugins.BoundedNotebookExporter(parent=_Parent(tmp_path)).from_filename(str(path))
+    assert plugins.REFUSED not in json.loads(text)["metadata"].get("mlbook", {})
+
+
+def test_the_autograde_path_carries_what_was_left_out_to_the_grading_notes(tmp_path):
+    """The Autograde button reads through the exporter: what it left out reaches the notes (a
+    student's own forged mark does not)."""
+    nb = nbformat.read(layout().solved / "rlhf_ppo.ipynb", as_version=4)
+    nb.metadata["mlbook"] = {plugins.LEFT_OUT: ["forged"]}
+    nb.cells[0].metadata["colab"] = json.loads("[" * 80 + "]" * 80)
+    path = tmp_path / "deep.ipynb"
+    nbformat.write(nb, path)
+    text, _ = plugins.BoundedNotebookExporter(parent=_Parent(tmp_path)).from_filename(str(path))
+    notes = json.loads(text)["metadata"]["mlbook"][plugins.LEFT_OUT]
+    assert notes and "forged" not in notes and all("left out" in n for n in notes), notes

@@ -207,3 +207,8 @@ def test_a_released_and_a_solved_notebook_pass_unchanged():
         raw = path.read_bytes()
         got = bounds.scan(raw)
         assert got.text == raw and not got.notes and got.values < DEFAULT.max_json_values / 10
+
+
+def test_ordinary_notebooks_are_within_every_bound():
+    driver.check_bounds(SOLVED.read_text())
+    driver.check_bounds(SOURCE.read_text())

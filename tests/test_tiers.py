@@ -136,6 +136,8 @@ def test_every_test_is_in_exactly_one_tier_and_each_tier_runs_its_kinds(tmp_path
         (["jupyter-lab", "--no-browser"], "Jupyter"),
         ("/usr/bin/chromium --headless", "a browser"),
         (["/usr/bin/chromedriver", "--port=0"], "a browser"),
+        ([sys.executable, "-m", "pytest", "--nbval-lax", "x.ipynb"], "Jupyter"),
+        (["alembic", "-c", "alembic.ini", "heads"], "nbgrader"),
     ],
 )
 def test_the_guard_fails_a_unit_test_that_starts(argv, what):

@@ -16,28 +16,11 @@ from mlbook_tools.build import CHECK_OUTPUT, NOT_RECORDED, RAISES, reuse_outputs
 from mlbook_tools.config import layout
 from mlbook_tools.execute import heading
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbval_support import RELEASE, ROOT, SANITIZE, SOLVED
+from nbval_support import checked as _checked
+from nbval_support import code_cells as _code
 
 pytestmark = pytest.mark.unit
-
-
-ROOT = layout().root
-
-
-SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
-
-
-SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
-
-
-RELEASE = ROOT / "chapters" / "rlhf_ppo.ipynb"
-
-
-def _code(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def _checked(cell):
-    return CHECK_OUTPUT in cell.metadata.get("tags", [])
 
 
 def _stored_text(cell):

@@ -14,24 +14,13 @@ import sys
 
 import nbformat
 import pytest
-from mlbook_tools.build import CHECK_OUTPUT, RAISES
-from mlbook_tools.config import layout
+from mlbook_tools.build import RAISES
 from nbclient import NotebookClient
+from nbval_support import RELEASE, ROOT, SANITIZE
+from nbval_support import checked as _checked
+from nbval_support import code_cells as _code
 
 pytestmark = pytest.mark.nbgrader
-
-ROOT = layout().root
-SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
-SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
-RELEASE = ROOT / "chapters" / "rlhf_ppo.ipynb"
-
-
-def _code(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def _checked(cell):
-    return CHECK_OUTPUT in cell.metadata.get("tags", [])
 
 
 def _nbval(*targets, cwd):

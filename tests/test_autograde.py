@@ -9,7 +9,6 @@ own ``generate_feedback`` and ``export`` then work on the gradebook and ``autogr
 grader wrote, and formgrader's Autograde button (``nbgrader autograde``) grades through the same engine.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -86,18 +85,6 @@ def test_the_release_scores_zero_and_its_feedback_and_export_say_so(graded_class
     )  # core only
     assert float(rows["alice"]["extra_credit"]) == alice["extra_credit"]["score"]
     assert float(rows["bob"]["score"]) == 0 and float(rows["malformed_json"]["score"]) == 0
-
-
-def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):
-    from mlbook_tools.cli import main
-
-    bad = tmp_path / "submission.ipynb"
-    bad.write_text("this is not a notebook {")
-    assert main(["grade", str(bad), "--json"]) == 1
-    result = json.loads(capsys.readouterr().out)
-    assert result["score"] == 0 and result["max_score"] == CORE_MAX and "JSON" in result["error"]
-    assert set(SIX) <= set(result["grades"])
-    assert main(["grade", str(bad)]) == 1 and "cannot grade this file" in capsys.readouterr().out
 
 
 def test_mlbook_grade_prints_every_message_and_the_manual_cells():

@@ -1,7 +1,8 @@
 """grade-class's worker (``classgrade._grade_one``) and its parent thread (``_drive``), in-process: what
 a worker answers when the engine fails (not a grade: "internal", with the reason and a trace),
 when a submission is past a bound (refused, graded 0 in a second), and what the parent does with an
-"internal" answer (a fresh worker, one retry, then UNGRADED with the reason). No sandbox starts:
+"internal" answer (a fresh worker, one retry, then UNGRADED with the reason), and what `mlbook
+grade` says of a file that is not a notebook. No sandbox starts:
 the engine is replaced where it would start one; the parent's worker is a small stand-in process.
 """
 
@@ -14,6 +15,7 @@ import pytest
 from mlbook_tools import classgrade, grading
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT
+from ppo_checks import CHECKS
 
 pytestmark = pytest.mark.unit
 
@@ -21,6 +23,7 @@ ROOT = layout().root
 NB = "rlhf_ppo"
 SOURCE = ROOT / "autograde" / "source" / NB / f"{NB}.ipynb"
 RELEASE = layout().release / f"{NB}.ipynb"
+CORE = {g: c.points for g, c in CHECKS.items() if not c.extra}  # the six named tests
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +93,15 @@ def test_the_parent_retries_an_internal_answer_once_then_reports_it_ungraded(mon
     assert got["trace"] == "Traceback ..." and len(started) == 2  # a fresh worker for the retry
     assert done.empty() and jobs.empty()
     json.dumps(got)  # what the class run records is plain JSON
+
+
+def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):
+    from mlbook_tools.cli import main
+
+    bad = tmp_path / "submission.ipynb"
+    bad.write_text("this is not a notebook {")
+    assert main(["grade", str(bad), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["score"] == 0 and result["max_score"] == sum(CORE.values())
+    assert "JSON" in result["error"] and set(CORE) <= set(result["grades"])
+    assert main(["grade", str(bad)]) == 1 and "cannot grade this file" in capsys.readouterr().out

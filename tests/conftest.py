@@ -62,7 +62,6 @@ STARTED = (
     ("mlbook_tools.classgrade", "a grader worker"),
     ("mlbook_tools.cli", "the grader (mlbook)"),
     ("mlbook_tools.execute", "a notebook executor"),
-    ("mlbook", "the grader (mlbook)"),
     ("ipykernel", "a Jupyter kernel"),
     ("jupyter", "Jupyter"),
     ("chrom", "a browser (Chromium)"),
@@ -77,9 +76,12 @@ def started(args) -> str | None:
         argv = shlex.split(os.fsdecode(args))
     else:
         argv = [os.fsdecode(a) for a in args]
-    if any("--nbval" in a for a in argv):  # pytest running notebooks: a Jupyter kernel each
+    running = "--collect-only" not in argv  # collecting notebooks starts no kernel
+    if running and any("--nbval" in a for a in argv):  # pytest running notebooks: a kernel each
         return "Jupyter (nbval)"
     names = [os.path.basename(a).lower() for a in argv if not a.startswith("-")]
+    if "mlbook" in names:  # the console script (``mlbook grade``, ``grade-class``, ``hub``)
+        return "the grader (mlbook)"
     for word, what in STARTED:
         if any(name.startswith(word) for name in names):
             return what

@@ -298,10 +298,30 @@ def grade(root: pathlib.Path, fast: bool = True, full: bool = True) -> GradedCla
         course, NB, workers=WORKERS, progress=False, out=Out(), limits=LIMITS, budget=BUDGET
     )
     seconds = time.monotonic() - t0
-    time.sleep(5)  # longer than the daemon entry waits before it strikes
+    _wait_until_no_process_names(TOKEN)  # a daemon that outlived grading strikes before the check
     after = {p: digest(p) for p in protected}
     created = set(course.rglob("*")) - files_before
     return GradedClass(course, results, "".join(lines), subs, before, after, created, seconds)
+
+
+def _wait_until_no_process_names(token: str, timeout: float = 60.0) -> None:
+    """Until no process on this machine has ``token`` in its command line (the catalog's daemon
+    carries it; the sandbox's cgroup kills it at close, so this returns at once when the bound
+    holds). One that escaped is waited for: it strikes (or not) before the files are compared."""
+    mine = token.encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for proc in pathlib.Path("/proc").glob("[0-9]*"):
+            try:
+                if mine in (proc / "cmdline").read_bytes():
+                    alive.append(proc.name)
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        if not alive:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"processes {alive} naming {token} still run {timeout:.0f} s after grading")
 
 
 # Points, from the one registry (``ppo_checks.CHECKS``, ``@graded``) and the source notebook's metadata.

@@ -33,6 +33,8 @@ from graded_class import (
 from mlbook_tools import driver, grading
 from mlbook_tools.classgrade import grade_class
 
+pytestmark = [pytest.mark.classrun, pytest.mark.sandbox]
+
 
 def test_catalog_is_big_enough_and_covers_every_class():
     kinds = {}

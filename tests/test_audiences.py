@@ -2,45 +2,29 @@
 the self-paced copy in chapters/ keeps its own text, and the pages an instructor or a course student
 reads (formgrader, feedback: the autograded notebook) carry no self-paced instruction.
 
-Pure reads of the fragments and the generated files, except the last test, which asks real
-``nbgrader generate_assignment`` for the course's release."""
+Pure reads of the fragments and the generated files (test_audiences_release.py asks real
+``nbgrader generate_assignment`` for the course's release)."""
 
 import re
 import shutil
 
 import nbformat
 import pytest
+from audience_support import (
+    SELF_PACED_ONLY,
+    assert_course_text,
+    assert_self_paced_text,
+    prose,
+)
 from mlbook_tools import build, driver, feedback, grading
 from mlbook_tools.config import layout
 
-# What only a reader of the checkout can follow (the self-paced instructions)
-SELF_PACED_ONLY = ("mlbook start", "chapters/", "git clone", "mlbook grade", "checkout")
-# What a course student needs: save, check, hand in through the hub or the file to upload
-COURSE_ONLY = ("Assignments tab", "Submit")
-
-
-def _prose(nb) -> str:
-    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-
-
-def _assert_course_text(nb, where):
-    text = _prose(nb)
-    leaked = [w for w in SELF_PACED_ONLY if w in text]
-    assert not leaked, f"{where} tells a course student {leaked}"
-    for phrase in (*COURSE_ONLY, "Ctrl+S", "Check your work", "to-upload/rlhf_ppo.ipynb"):
-        assert phrase in text, f"{where} lacks {phrase!r}"
-
-
-def _assert_self_paced_text(nb, where):
-    text = _prose(nb)
-    for phrase in ("mlbook start", "chapters/", "Check your work", "to-upload/rlhf_ppo.ipynb"):
-        assert phrase in text, f"{where} lacks {phrase!r}"
-    assert not [w for w in COURSE_ONLY if w in text], f"{where} holds the course's hand-in text"
+pytestmark = pytest.mark.unit
 
 
 def test_each_rendering_holds_its_own_instructions_only():
-    _assert_course_text(build.source_notebook("rlhf_ppo", build.COURSE), "the course rendering")
-    _assert_self_paced_text(
+    assert_course_text(build.source_notebook("rlhf_ppo", build.COURSE), "the course rendering")
+    assert_self_paced_text(
         build.source_notebook("rlhf_ppo", build.SELF_PACED), "the self-paced rendering"
     )
 
@@ -48,8 +32,8 @@ def test_each_rendering_holds_its_own_instructions_only():
 def test_the_generated_files_are_the_right_renderings():
     L = layout()
     course_source = nbformat.read(L.course / "source/rlhf_ppo/rlhf_ppo.ipynb", as_version=4)
-    _assert_course_text(course_source, "autograde/source (formgrader, every course release)")
-    _assert_self_paced_text(nbformat.read(L.release / "rlhf_ppo.ipynb", as_version=4), "chapters/")
+    assert_course_text(course_source, "autograde/source (formgrader, every course release)")
+    assert_self_paced_text(nbformat.read(L.release / "rlhf_ppo.ipynb", as_version=4), "chapters/")
     assert re.search(r"mlbook start", (L.release / "rlhf_ppo.py").read_text())
 
 
@@ -106,14 +90,6 @@ def test_feedback_and_formgrader_pages_carry_no_self_paced_instruction():
     plan = driver.make_plan(source, solo)
     result = grading.refused_result(source, ValueError("not graded in this test"))
     page = feedback.autograded_notebook(source, plan, result)
-    text = _prose(page)
+    text = prose(page)
     assert not [w for w in SELF_PACED_ONLY if w in text]
     assert "Assignments tab" in text
-
-
-@pytest.mark.nbgrader
-def test_the_course_release_speaks_to_a_course_student():
-    """What the hub releases and `mlbook student-dist` ships: nbgrader over autograde/source."""
-    release = nbformat.reads(build.course_release("rlhf_ppo"), as_version=4)
-    _assert_course_text(release, "the course's release")
-    assert release.metadata["title"] == "RLHF with PPO"

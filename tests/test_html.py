@@ -11,41 +11,16 @@ import re
 import nbformat
 import pytest
 from bs4 import BeautifulSoup
+from html_support import exporter, html_target, makefile_html_option
 from mlbook_tools.build import HIDDEN_TESTS_TAG
 from mlbook_tools.config import layout
-from nbconvert import HTMLExporter
 from ppo_checks import CHECKS
-from traitlets.config import Config
+
+pytestmark = pytest.mark.unit
 
 ROOT = layout().root
 SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
 TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-
-
-def _html_target() -> str:
-    text = (ROOT / "Makefile").read_text()
-    return text[text.index("\nhtml:") : text.index("\nchapter:")]
-
-
-def makefile_html_option() -> str:
-    """The tag-removal option the Makefile's html target passes to nbconvert."""
-    m = re.search(r"--TagRemovePreprocessor\.remove_cell_tags='(\{[^}]*\})'", _html_target())
-    assert m, "the Makefile's html target must remove the hidden-test cells"
-    return m.group(1)
-
-
-def exporter() -> HTMLExporter:
-    """nbconvert's HTML exporter configured as the Makefile's html target configures it."""
-    target = _html_target()
-    config = Config()
-    config.TagRemovePreprocessor.remove_cell_tags = set(
-        eval(makefile_html_option())
-    )  # a set literal of tag names
-    config.TemplateExporter.extra_template_basedirs = [
-        str(ROOT / re.search(r"--TemplateExporter\.extra_template_basedirs=(\S+)", target).group(1))
-    ]
-    config.HTMLExporter.template_name = re.search(r"--template (\S+)", target).group(1)
-    return HTMLExporter(config=config)
 
 
 def render(path: pathlib.Path) -> BeautifulSoup:
@@ -113,7 +88,7 @@ def test_download_link():
     soup = BeautifulSoup(html, "html.parser")
     link = soup.select_one("p.mlbook-download a[download]")
     assert link is not None and link["href"] == "executed/rlhf_ppo.ipynb"
-    assert "executed" in _html_target() and "--output-dir $(OUT)/executed" in _html_target()
+    assert "executed" in html_target() and "--output-dir $(OUT)/executed" in html_target()
 
 
 def test_long_helpers_are_collapsed(page):

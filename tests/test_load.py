@@ -15,7 +15,6 @@ import shutil
 import adversarial_catalog as adv
 import nbformat
 import pytest
-from mlbook_tools import sandbox
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
@@ -30,10 +29,8 @@ BUDGET = 45.0  # as in tests/test_adversarial.py
 ENTRIES = ["slow_every_call", "cpu_loop_ignoring_sigint", "memory_hog_in_gae"]
 
 pytestmark = [  # minutes: make test-full (CI runs it right after make test)
+    pytest.mark.sandbox,  # conftest skips these where bubblewrap cannot start
     pytest.mark.full,
-    pytest.mark.skipif(
-        sandbox.check_available() is not None, reason="bubblewrap cannot start here"
-    ),
 ]
 
 

@@ -26,6 +26,8 @@ from mlbook_tools.dist import DEV_TOOLS, student_dist, student_lock
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+pytestmark = pytest.mark.slow
+
 NB = "rlhf_ppo.ipynb"
 
 

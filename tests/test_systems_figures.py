@@ -32,6 +32,8 @@ from mlbook.posttrain.toy_lm import (  # noqa: E402
     good_count_reward,
 )
 
+pytestmark = pytest.mark.unit
+
 # ------------------------------------------------------------------------------------- memory table
 
 

@@ -4,6 +4,8 @@ import pytest
 
 from mlbook.tables import markdown_table
 
+pytestmark = pytest.mark.unit
+
 
 def test_numbers_align_right_text_left_and_pipes_are_escaped():
     text = markdown_table(

@@ -163,6 +163,15 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
                 )
+    elif what == "split":  # JupyterLab's Ctrl+Shift+-: both halves keep the cell's metadata
+        first, _, second = cells[index[target]].source.partition("\n\n\n")
+        cells[index[target]].source = first
+        cells.insert(index[target] + 1, copy.deepcopy(cells[index[target]]))
+        cells[index[target] + 1].source = second
+    elif what == "metadata_dicts":  # ~18 MB of {} (four bytes each), within every byte bound
+        odd = nbformat.v4.new_code_cell("x_meta = 1")
+        odd.metadata["junk"] = [{}] * 4_500_000
+        cells.append(odd)
     elif what == "metadata_list":
         odd = nbformat.v4.new_code_cell("x_odd = 1")
         odd.metadata["nbgrader"] = []

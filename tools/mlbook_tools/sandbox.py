@@ -650,9 +650,14 @@ class Runner:
                 continue
         return None
 
-    def _sample(self) -> tuple[float, float | None, float | None]:
-        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox); None: unknown."""
-        now, delay, cpu = time.monotonic(), None, None
+    def _sample(self) -> tuple[float, float | None, float | None, float | None]:
+        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox,
+        seconds the calling (driver) thread waited for a CPU); None: unknown."""
+        now, delay, cpu, mine = time.monotonic(), None, None, None
+        try:
+            mine = int(pathlib.Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
         pid = self._runner_pid()
         if pid is not None:
             try:
@@ -670,16 +675,19 @@ class Runner:
                 cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, ValueError, IndexError):
                 pass
-        return now, delay, cpu
+        return now, delay, cpu, mine
 
     @staticmethod
     def _charged(s0, s1) -> float:
         """What a request window costs the submission: its CPU time, or the wall time it spent running or
-        sleeping (time spent waiting for a CPU that other processes held is not charged), whichever is larger."""
+        sleeping, whichever is larger. Time spent waiting for a CPU that other processes held is not
+        charged: the runner's wait, and the driver's own (on a busy machine the driver reads a reply
+        late; a call of a millisecond would otherwise be charged the driver's wait for a CPU)."""
         wall = s1[0] - s0[0]
         delay = s1[1] - (s0[1] or 0.0) if s1[1] is not None else 0.0
         cpu = s1[2] - s0[2] if s1[2] is not None and s0[2] is not None else 0.0
-        return max(wall - max(delay, 0.0), cpu, 0.0)
+        mine = s1[3] - s0[3] if len(s1) > 3 and s1[3] is not None and s0[3] is not None else 0.0
+        return max(wall - max(delay, 0.0) - max(mine, 0.0), cpu, 0.0)
 
     # ------------------------------------------------------------------ framing
     def request(

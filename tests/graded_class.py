@@ -93,6 +93,8 @@ FULL_ENTRIES = {
     # memory: ~20 s of filling a memfd, a reply of huge lists (the tmpfs, /dev/shm and top-level hogs stay)
     "memory_memfd_hog_in_gae",
     "reply_of_empty_lists",
+    # page-size: 18 MB of {} in an added cell's metadata, built and read (~10 s)
+    "metadata_of_empty_dicts",
 }
 FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error)
     "reference",

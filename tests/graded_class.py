@@ -93,6 +93,8 @@ FULL_ENTRIES = {
     # memory: ~20 s of filling a memfd, a reply of huge lists (the tmpfs, /dev/shm and top-level hogs stay)
     "memory_memfd_hog_in_gae",
     "reply_of_empty_lists",
+    # page-size: 18 MB of {} in an added cell's metadata, built and read (~10 s)
+    "metadata_of_empty_dicts",
 }
 FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error)
     "reference",
@@ -163,6 +165,15 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
                 )
+    elif what == "split":  # JupyterLab's Ctrl+Shift+-: both halves keep the cell's metadata
+        first, _, second = cells[index[target]].source.partition("\n\n\n")
+        cells[index[target]].source = first
+        cells.insert(index[target] + 1, copy.deepcopy(cells[index[target]]))
+        cells[index[target] + 1].source = second
+    elif what == "metadata_dicts":  # ~18 MB of {} (four bytes each), within every byte bound
+        odd = nbformat.v4.new_code_cell("x_meta = 1")
+        odd.metadata["junk"] = [{}] * 4_500_000
+        cells.append(odd)
     elif what == "metadata_list":
         odd = nbformat.v4.new_code_cell("x_odd = 1")
         odd.metadata["nbgrader"] = []

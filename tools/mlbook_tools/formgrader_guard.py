@@ -21,8 +21,10 @@ loads (the course config, which calls ``csp.protect_running_server``, is read ju
 
 from __future__ import annotations
 
+import json
 import os
 
+from nbgrader.server_extensions.formgrader import apihandlers as api
 from nbgrader.server_extensions.formgrader import handlers as fg
 from nbgrader.server_extensions.formgrader.base import check_notebook_dir, check_xsrf
 from tornado import web
@@ -62,7 +64,31 @@ class NoSubmissionFiles(fg.BaseHandler):
     head = get
 
 
-REPLACE = {fg.FormgraderHandler: CourseRootOnly, fg.SubmissionFilesHandler: NoSubmissionFiles}
+class SafeIdAutograde(api.AutogradeHandler):
+    """The Autograde button (``POST /formgrader/api/submission/<assignment>/<student>/autograde``): a
+    student id outside the safe set (``exchange.STUDENT_ID``) is refused before nbgrader creates its
+    gradebook entry or folders, with the rule in the message the button shows."""
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def post(self, assignment_id, student_id):
+        from mlbook_tools.exchange import STUDENT_ID_RULE, student_id_problem
+
+        if student_id_problem(student_id) is None:
+            return api.AutogradeHandler.post(self, assignment_id, student_id)
+        why = (  # the id itself is not echoed: the page may show this message as markup
+            f"not autograded: this student id is not allowed (ids are {STUDENT_ID_RULE}); "
+            "rename its folder in submitted/ to such an id, then autograde it"
+        )
+        self.write(json.dumps({"success": False, "error": why, "log": why}))
+
+
+REPLACE = {
+    fg.FormgraderHandler: CourseRootOnly,
+    fg.SubmissionFilesHandler: NoSubmissionFiles,
+    api.AutogradeHandler: SafeIdAutograde,
+}
 
 
 def _swap(spec):
@@ -89,4 +115,5 @@ def _walk(router) -> int:
 def harden(web_app) -> None:
     """mlbook's formgrader handlers on this Tornado application, now and for routes still to come."""
     fg.default_handlers[:] = [_swap(spec) for spec in fg.default_handlers]
+    api.default_handlers[:] = [_swap(spec) for spec in api.default_handlers]
     _walk(web_app.default_router)  # a few hundred rules: cheap enough on every config load

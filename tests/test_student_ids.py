@@ -1,0 +1,115 @@
+"""Student ids outside the documented safe set (``exchange.STUDENT_ID``) are refused on every way in.
+
+Collection through the exchange (tests/test_exchange.py) and ``mlbook grade-class`` refuse them; so do
+``nbgrader zip_collect`` (the course's ``SafeIdCollector``), ``nbgrader autograde`` (the course's
+``SandboxedExecute``) and formgrader's Autograde button (``formgrader_guard.SafeIdAutograde``), each
+with a message that states the rule. No root, no sandbox: the refusals come before either matters.
+"""
+
+import json
+import logging
+import os
+import sys
+
+import pytest
+from mlbook_tools import formgrader_guard as guard
+from mlbook_tools.exchange import STUDENT_ID_RULE, SafeIdCollector
+
+NB = "rlhf_ppo"
+UNSAFE = ["x;=2+2", ".hidden", "-rf", "a<img src=x>", "a\x1b[2Jb", "..", "a" * 65]
+
+
+def _collector() -> SafeIdCollector:
+    return SafeIdCollector(named_regexp=r".*/(?P<student_id>[^/]+)__(?P<file_id>[^/]+\.ipynb)$")
+
+
+def test_zip_collect_reader_keeps_safe_ids(tmp_path):
+    info = _collector().collect(str(tmp_path / f"alice.b-2__{NB}.ipynb"))
+    assert info == {"student_id": "alice.b-2", "file_id": f"{NB}.ipynb"}
+
+
+@pytest.mark.parametrize("student", UNSAFE)
+def test_zip_collect_reader_refuses_unsafe_ids_and_says_why(tmp_path, caplog, student):
+    collector = _collector()
+    with caplog.at_level(logging.ERROR, logger=collector.log.name):
+        assert collector.collect(str(tmp_path / f"{student}__{NB}.ipynb")) is None
+    said = caplog.text
+    assert "REFUSED" in said and "not collected" in said and STUDENT_ID_RULE in said, said
+    assert "\x1b" not in said
+
+
+@pytest.mark.nbgrader  # nbgrader's own zip_collect, with the course's config (no sandbox)
+def test_nbgrader_zip_collect_files_only_safe_ids(tmp_path, monkeypatch):
+    from mlbook_tools.course import new_course
+    from mlbook_tools.grading import run_nbgrader
+
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    course = new_course(tmp_path / "course")
+    run_nbgrader(["generate_assignment", NB, "--force"], course)
+    with open(course / "nbgrader_config.py", "a") as fh:  # an LMS's download names: <id>__<file>
+        fh.write(
+            "\nc.FileNameCollectorPlugin.named_regexp = "
+            "r'.*/(?P<student_id>[^/]+)__(?P<file_id>[^/]+\\.ipynb)$'\n"
+        )
+    archive = course / "downloaded" / NB / "archive"
+    archive.mkdir(parents=True)
+    release = (course / "release" / NB / f"{NB}.ipynb").read_text()
+    for student in ("alice", "x;=2+2", ".hidden"):
+        (archive / f"{student}__{NB}.ipynb").write_text(release)
+    run = run_nbgrader(["zip_collect", NB], course)
+    said = run.stdout + run.stderr
+    filed = sorted(p.name for p in (course / "submitted").iterdir())
+    assert filed == ["alice"], (filed, said)
+    assert said.count("REFUSED") == 2 and STUDENT_ID_RULE in said, said
+
+
+@pytest.mark.parametrize("student", ["x;=2+2", "a<img src=x>"])
+def test_nbgrader_autograde_refuses_an_unsafe_id_before_anything_runs(student):
+    import nbformat
+    from mlbook_tools.plugins import SandboxedExecute
+
+    resources = {"nbgrader": {"student": student, "assignment": NB}, "metadata": {"path": "."}}
+    with pytest.raises(ValueError, match="not autograded: student id .* is not allowed"):
+        SandboxedExecute().preprocess(nbformat.v4.new_notebook(), resources)
+
+
+class _Request:
+    """What the Autograde button's handler touches, with nbgrader's API behind it a recorder."""
+
+    def __init__(self):
+        self.written, self.graded = [], []
+        self.settings = {"nbgrader_bad_setup": False}
+        self.xsrf_token = "t"
+        self.current_user = "instructor"
+        self.api = type(
+            "Api", (), {"autograde": lambda _, a, s: self.graded.append((a, s)) or {}}
+        )()
+
+    def write(self, text):
+        self.written.append(text)
+
+
+@pytest.mark.parametrize("student", UNSAFE)
+def test_the_autograde_button_refuses_an_unsafe_id_without_echoing_it(student):
+    assert guard.REPLACE[guard.api.AutogradeHandler] is guard.SafeIdAutograde
+    fake = _Request()
+    guard.SafeIdAutograde.post.__wrapped__.__wrapped__.__wrapped__(fake, NB, student)
+    assert fake.graded == []  # nbgrader's autograde (gradebook entry, folders) never reached
+    reply = json.loads(fake.written[0])
+    assert reply["success"] is False and STUDENT_ID_RULE in reply["error"]
+    assert student not in reply["error"] and "<" not in reply["error"]
+
+
+def test_the_autograde_button_grades_a_safe_id():
+    fake = _Request()
+    guard.SafeIdAutograde.post.__wrapped__.__wrapped__.__wrapped__(fake, NB, "alice")
+    assert fake.graded == [(NB, "alice")]
+
+
+def test_harden_puts_the_safe_autograde_route_in_place():
+    from nbgrader.server_extensions.formgrader import apihandlers as api
+
+    guard.harden(type("App", (), {"default_router": type("R", (), {"rules": []})()})())
+    targets = [spec[1] for spec in api.default_handlers if isinstance(spec, tuple)]
+    assert guard.SafeIdAutograde in targets and api.AutogradeHandler not in targets

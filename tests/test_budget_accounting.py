@@ -18,6 +18,8 @@ from mlbook_tools import driver
 from mlbook_tools.errors import CallTimeout
 from mlbook_tools.sandbox import Runner
 
+pytestmark = pytest.mark.sandbox  # runner processes (unconfined: trusted=True)
+
 SLEEP = "import time\ntime.sleep(0.3)\n"  # a cell that costs the submission time (sleep is charged)
 
 

@@ -84,10 +84,10 @@ def _course(
 
 
 def test_a_huge_file_is_refused_without_being_parsed(huge):
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU seconds: what parsing would cost, whatever the machine's load
     with pytest.raises(driver.TooLarge, match=r"^too large: \d+\+? cells \(limit 2000\)"):
         driver.read_submission(huge)
-    assert time.monotonic() - t0 < 1
+    assert time.process_time() - t0 < 1
 
 
 @pytest.mark.parametrize(
@@ -128,11 +128,11 @@ def test_a_huge_file_is_refused_without_being_parsed(huge):
 )
 def test_each_bound_is_one_clear_line(what, notebook, line):
     text = notebook if isinstance(notebook, str) else json.dumps(notebook)
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU seconds: a bound checked before parsing costs little
     with pytest.raises(driver.TooLarge, match="^too large: ") as err:
         driver.check_bounds(text)
     assert line in str(err.value), what
-    assert time.monotonic() - t0 < 1
+    assert time.process_time() - t0 < 1
 
 
 @pytest.mark.parametrize(
@@ -157,9 +157,9 @@ def test_each_bound_is_one_clear_line(what, notebook, line):
 )
 def test_what_is_stored_beside_the_code_is_left_out_not_refused(what, notebook, expected):
     text = notebook if isinstance(notebook, str) else json.dumps(notebook)
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU seconds, as above
     kept = json.loads(driver.check_bounds(text))
-    assert time.monotonic() - t0 < 2, what
+    assert time.process_time() - t0 < 2, what
     assert kept == expected, what
 
 

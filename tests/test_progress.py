@@ -219,3 +219,24 @@ def test_mlbook_build_shows_a_line_per_stage_when_watched():
     stages = re.findall(r"^\[\s*\d+s\] (.+)$", run.stderr, re.M)
     assert run.returncode == 0 and len(stages) >= 3, run.stderr
     assert any("generate_assignment" in s for s in stages), stages
+
+
+def test_the_kernel_runs_encrypted_and_says_no_tcp_warning(tmp_path):
+    """`make chapter`'s kernels get CurveZMQ keys from their kernel manager (the kernelspec declares
+    curve support): ipykernel's "Kernel is running over TCP without encryption" is not printed, and
+    the kernel's own connection file holds the key (not hidden: there is nothing to warn about)."""
+    nb = _tiny(
+        tmp_path,
+        last="import json, ipykernel.connect as c\nprint(bool(json.load(open(c.get_connection_file())).get('curve_publickey')))",
+    )
+    run = subprocess.run(
+        [*EXECUTE, "nbs/tiny.ipynb"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "running over TCP" not in run.stderr, run.stderr
+    assert _executed(tmp_path, nb)[2].outputs[0]["text"] == "True\n"

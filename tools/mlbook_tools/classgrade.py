@@ -291,7 +291,7 @@ def grade_class(
     state_dir.mkdir(parents=True, exist_ok=True)
     manual_audit.report(course, assignment, out)  # manual scores changed since the last run
     checks_path = grading.layout().checks
-    jobs, results = [], {}
+    jobs, results, unchanged = [], {}, []
     from mlbook_tools.exchange import refuse_unsafe_ids  # ids outside the safe set (exchange.py)
 
     refused = refuse_unsafe_ids(course, assignment, out)
@@ -306,10 +306,13 @@ def grade_class(
                 old = json.loads(state.read_text())
                 if old.get("fingerprint") == fp and _made_here(course, assignment, student, fp):
                     results[student] = {**old, "unchanged": True}
+                    unchanged.append(student)
                     continue
             except (OSError, ValueError):
                 pass
         jobs.append((student, str(nb_path), fp))
+    for student in unchanged:  # a rerun says every score too, not only the regraded ones
+        print(_line(student, results[student], assignment) + "  (unchanged, kept)", file=out)
     report_misnamed(course, assignment, results, out)
     report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
@@ -361,7 +364,7 @@ def grade_class(
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
-            line = _line(student, result)
+            line = _line(student, result, assignment)
         if bar is not None:
             bar.write(line, file=out)
             bar.update()
@@ -484,7 +487,9 @@ def _marked(notebook: str | None, fp: str) -> str | None:
     if notebook is None:
         return None
     data = json.loads(notebook)
-    data.setdefault("metadata", {})["mlbook"] = {
+    mine = data.setdefault("metadata", {}).get("mlbook")
+    data["metadata"]["mlbook"] = {
+        **({"flag": mine["flag"]} if isinstance(mine, dict) and "flag" in mine else {}),
         "graded_by": "mlbook grade-class",
         "fingerprint": fp,
     }
@@ -504,7 +509,11 @@ def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> 
     return isinstance(meta, dict) and meta.get("fingerprint") == fp
 
 
-def _line(student: str, result: dict) -> str:
+def _line(student: str, result: dict, assignment: str = "rlhf_ppo") -> str:
+    """One student's line: core and extra credit, the failing checks by name, what awaits a person;
+    a refused or unreadable file its flag instead (nothing of it was read: never "awaiting")."""
+    from mlbook_tools.flags import from_result
+
     ex = result.get("extra_credit", {})
     problems = result.get("problems", [])
     failed = [
@@ -516,8 +525,11 @@ def _line(student: str, result: dict) -> str:
         f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
         f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s"
     )
+    flag = from_result(assignment, student, result)
+    if flag is not None:
+        return f"{text}  {flag.line()}"
     if failed:
-        text += f"  failed: {len(failed)}"
+        text += "  failed: " + ", ".join(failed)
     waiting = [*result.get("awaiting_manual", []), *ex.get("awaiting_manual", [])]
     if waiting:
         text += f"  awaiting manual grading: {len(waiting)}"

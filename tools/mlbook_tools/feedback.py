@@ -187,6 +187,10 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
         cells.append(cell)
     _fold_outputs(cells)  # a page shows the notebook's first 200 outputs (inert.py)
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
+    if result.error:  # refused or unreadable: formgrader's page and the feedback say so (flags.py)
+        from mlbook_tools.flags import from_error
+
+        nb.metadata.setdefault("mlbook", {})["flag"] = from_error(result.error).to_dict()
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"
         if cell.cell_type != "code":
@@ -243,12 +247,16 @@ class CoreExtraSummary(Preprocessor):
 
         from mlbook_tools.driver import cell_points
 
+        mine = nb.metadata.get("mlbook")
+        flag = mine.get("flag") if isinstance(mine, dict) else None
         result = GradingResult()
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
             gid = meta.get("grade_id", "")
+            if flag:  # nothing of the file was read: no written answer awaits a person
+                meta["needs_manual_grade"] = False
             result.grades[gid] = CellGrade(
                 gid,
                 float(meta.get("score") or 0.0),
@@ -265,7 +273,13 @@ class CoreExtraSummary(Preprocessor):
         lines = [
             f"**Core: {core.score:g} / {core.max_score:g} points.** Extra credit: {extra.score:g} / {extra.max_score:g} (optional, counted apart)."
         ]
-        if waiting:
+        if isinstance(flag, dict) and flag.get("kind"):
+            lines.insert(
+                0,
+                f"**Not graded ({printable(flag['kind'])}):** {printable(flag.get('reason', ''))}. "
+                + printable(flag.get("for_student", "")),
+            )
+        elif waiting:
             lines.append("Awaiting manual grading: " + ", ".join(waiting) + ".")
         nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n\n".join(lines)))
         return nb, resources

@@ -156,7 +156,9 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"copied {name} to {out}")
         for name in kept:
             print(f"kept your {out / name} (never overwritten)")
-        print(f"work there: cd {out} && {pathlib.Path(sys.executable).parent / 'jupyter'} lab")
+        from mlbook_tools.workcopy import lab_command
+
+        print(f"work there: {lab_command(out)}")
         return 0
     if args.command == "handin":
         from mlbook.handin import main as handin_main
@@ -293,7 +295,8 @@ def _class_summary(results: dict) -> int:
     )
     if unreadable:
         print(
-            f"UNREADABLE (recorded as such, flagged for manual grading): {', '.join(unreadable)}",
+            f"UNREADABLE OR REFUSED (scored 0, nothing of it run; its line above says why and what "
+            f"to do): {', '.join(unreadable)}",
             file=sys.stderr,
         )
     if misnamed:

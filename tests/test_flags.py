@@ -132,3 +132,29 @@ def test_written_extra_max_of_the_course():
         if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")
     )
     assert expected > 0 and flags.written_extra_max(course, NB) == expected
+
+
+def test_grade_report_of_an_unreadable_file_names_it_once_and_awaits_nothing(tmp_path, capsys):
+    """`mlbook grade` on a missing file named its path three times; on an unreadable one it said
+    "awaiting manual grading: 5 answers" for answers nobody will read."""
+    import subprocess
+    import sys
+
+    from mlbook_tools.cli import print_report
+    from mlbook_tools.config import layout
+    from mlbook_tools.errors import CannotGrade
+    from mlbook_tools.grading import refused_result
+
+    missing = tmp_path / "nowhere.ipynb"
+    run = subprocess.run(
+        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1 and run.stderr.count(str(missing)) == 1, run.stderr
+    assert "No such file or directory" in run.stderr
+    source = nbformat.read(layout().course / "source" / NB / f"{NB}.ipynb", as_version=4)
+    print_report(refused_result(source, CannotGrade("the file is not a readable notebook (x)")))
+    said = capsys.readouterr().out
+    assert "cannot grade this file" in said and "awaiting" not in said, said

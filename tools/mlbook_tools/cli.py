@@ -232,7 +232,11 @@ def _main(argv: list[str] | None = None) -> int:
         )
         return 2
     except (driver.CannotGrade, FileNotFoundError) as err:
-        print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
+        said = str(err)  # names the file once ("cannot read <path>: ..." already does)
+        print(
+            f"error: {said if str(args.path) in said else f'cannot grade {args.path}: {said}'}",
+            file=sys.stderr,
+        )
         return 1
     stage(f"graded in {result.seconds or 0:.0f} s")
     if args.json:
@@ -348,16 +352,18 @@ def print_report(result) -> None:
         print(f"-    {name:50s} left blank: 0, nothing to grade by hand")
     core = result.core
     print(
-        f"core total: {core.score:g} / {core.max_score:g}    " + _part("extra credit", result.extra)
+        f"core total: {core.score:g} / {core.max_score:g}    "
+        + _part("extra credit", result.extra, waiting=not result.error)
     )
 
 
-def _part(label: str, part) -> str:
-    """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
+def _part(label: str, part, waiting: bool = True) -> str:
+    """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export
+    show; a file that could not be graded has nothing awaiting a person (``waiting=False``)."""
     text = f"{label}: {part.score:g} / {part.max_score:g}"
     return text + (
         f" (awaiting manual grading: {len(part.awaiting_manual)} answers)"
-        if part.awaiting_manual
+        if part.awaiting_manual and waiting
         else ""
     )
 

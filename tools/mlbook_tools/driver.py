@@ -67,7 +67,7 @@ def read_submission(path, limits: GradingLimits = DEFAULT_LIMITS) -> str:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(limits.max_notebook_bytes + 1)
     except OSError as err:
-        raise CannotGrade(f"cannot read {path}: {err}") from None
+        raise CannotGrade(f"cannot read {path}: {err.strerror or type(err).__name__}") from None
     _check_raw(head, size, limits)
     return head.decode("utf-8", errors="replace")
 

@@ -240,3 +240,23 @@ def test_the_kernel_runs_encrypted_and_says_no_tcp_warning(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "running over TCP" not in run.stderr, run.stderr
     assert _executed(tmp_path, nb)[2].outputs[0]["text"] == "True\n"
+
+
+def test_make_chapter_says_what_it_installs_and_ends_on_where_to_look():
+    """The first `make chapter` installs .venv (minutes, pip quiet): its first line says so; the last
+    line of `make chapter` is where to look, not nbconvert's byte count (`make -n` prints the plan)."""
+    env = {**ENV, "MAKEFLAGS": ""}
+    fresh = subprocess.run(
+        ["make", "-n", "-B", "chapter", "VENV=/nonexistent-venv"],
+        cwd=layout().root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    lines = [ln for ln in fresh.stdout.splitlines() if ln.strip()]
+    assert lines[0].startswith("echo") and "installing the pinned environment" in lines[0], lines[
+        :3
+    ]
+    assert lines[-1].startswith("echo") and "open build/rlhf_ppo.html" in lines[-1], lines[-3:]

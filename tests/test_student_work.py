@@ -485,6 +485,19 @@ def test_the_self_paced_lab_has_no_instructor_menus_and_no_exchange(tmp_path):
         for plugin in ("formgrader", "course-list", "create-assignment", "assignment-list"):
             assert f"@jupyter/nbgrader:{plugin}" in off, off
         assert get("/formgrader")[0] == 404  # formgrader's server extension is off too
+        # a kernel started in this lab gets CurveZMQ keys (its connection file holds them), so
+        # ipykernel has no "running over TCP without encryption" to warn about
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        start = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/kernels",
+            data=b'{"name": "python3"}',
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(start, timeout=60) as r:
+            kernel = json.load(r)["id"]
+        connection = pathlib.Path(jupyter_runtime_dir()) / f"kernel-{kernel}.json"
+        assert json.loads(connection.read_text()).get("curve_publickey"), connection
     finally:
         if lab.poll() is None:
             os.killpg(lab.pid, 15)
@@ -492,3 +505,4 @@ def test_the_self_paced_lab_has_no_instructor_menus_and_no_exchange(tmp_path):
         log.close()
     said = (tmp_path / "lab.log").read_text()
     assert "Loading the formgrader" not in said and "exchange" not in said.lower(), said[-3000:]
+    assert "running over TCP" not in said, said[-3000:]

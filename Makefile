@@ -55,12 +55,15 @@ lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Three tiers, chosen by the kinds every test carries (pytest markers, tests/conftest.py):
-# check     - lint, the layer contracts, the drift check (a generated notebook is stale), the unit tests:
-#             no sandbox, no nbgrader, no browser, no long run (the fast lane, a few minutes)
-# test      - check, then every other kind: the sandboxed engine and its bounds, real nbgrader, the one
-#             shared graded class (course workflow, the adversarial catalog but its costliest entries, four
-#             fairness styles), the browser (JupyterLab, formgrader's pages), DDP on gloo, the student
+# Three tiers, chosen by the kinds each test file states (its module `pytestmark`; pyproject.toml lists
+# them; tests/test_tiers.py proves every test is in exactly one tier):
+# check     - lint, the layer contracts, the drift check (a generated notebook is stale), the `unit`
+#             tests (`pytest -m unit`): no sandbox, no nbgrader, no Jupyter, no browser, no long run
+#             (a guard in tests/conftest.py fails a unit test that starts one), a stale fairness
+#             reference (run `make fairness-reference`); the fast lane, a few minutes
+# test      - check, then every test of a heavier kind (HEAVY) not marked `full`: the sandboxed engine
+#             and its bounds, real nbgrader, the one shared graded class (course workflow, the
+#             adversarial catalog but its costliest entries, four fairness styles), the browser (JupyterLab, formgrader's pages), DDP on gloo, the student
 #             distribution, three torchrun exits, and nbval: over every solved notebook
 #             (the stored output of each cell tagged nbval-check-output must be reproduced, after
 #             tests/nbval_sanitize.cfg) and over the student release (only cells tagged raises-exception,
@@ -74,16 +77,16 @@ lint: env
 #             progress lines, the class backstop, the 20-seed sweep, 17 more torchrun exits; then the solved notebooks
 #             again on the portable kernels.
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
-UNIT  := not (sandbox or nbgrader or classrun or browser or notebook or slow or stress)
+HEAVY := sandbox or nbgrader or classrun or browser or notebook or slow or stress
 PYTEST := $(BIN)/python -m pytest -q
 
 check: lint
 	$(BIN)/lint-imports
 	$(BIN)/mlbook build --check
-	$(PYTEST) -m "$(UNIT)" tests
+	$(PYTEST) -m unit tests
 
 test: check
-	$(PYTEST) -m "not ($(UNIT)) and not full" tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
+	$(PYTEST) -m "($(HEAVY)) and not full" tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
 	ATEN_CPU_CAPABILITY=default $(PYTEST) -m "portable and not full" tests
 
 test-full: env

@@ -107,3 +107,6 @@ c.LatePenalty.per_day = 0.1
 # uid owns it, refuses links, and dates it by the file system's ctime, never by the folder's name or
 # the student's timestamp.txt (mlbook_tools/exchange.py; refusals are logged as errors).
 c.ExchangeFactory.collect = "mlbook_tools.exchange.TrustedCollect"
+# `nbgrader zip_collect` (submissions downloaded from an LMS): a file name that gives a student id
+# outside the safe set (mlbook_tools/exchange.py STUDENT_ID) is refused with an error line, not collected.
+c.ZipCollectApp.collector_plugin = "mlbook_tools.exchange.SafeIdCollector"

@@ -31,7 +31,7 @@
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
 # | References | the papers and code the prose cites by author and year |
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8baab761f17f8b4bed6dfd22266c63de", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "cda8abc1c0ad91825cda89a91eb53499", "grade": false, "grade_id": "00_intro-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions", "self-paced"]
 # **How to work through it.** Work in your own copy of this notebook, never in the checkout's
 # `chapters/` folder (commands there regenerate it): `mlbook start` copies it to `~/rlhf-ppo-work/`,
 # where nothing but you ever writes (a course hands you your copy). Run the cells from the top. Each
@@ -44,13 +44,14 @@
 # check again in one summary; with the full checkout it also prints the command that grades your
 # saved notebook the way the course will, hidden tests included. Read-only cells hold the code you
 # only need to read; edits to them are undone at grading time.
-#
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "329a8405556b673aaa0007d1d27c4b18", "grade": false, "grade_id": "00_intro-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
 # prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
 # advantages, the response mask) uses that same `(B, T-1)` alignment.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f83ca7ce71805e72002a03558b89d4e2", "grade": false, "grade_id": "00_intro-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "fabd0bca2000842ea3998c64888e333c", "grade": false, "grade_id": "00_intro-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
 import copy
 import dataclasses
 import math
@@ -76,12 +77,12 @@ from mlbook.posttrain.toy_lm import (
     good_count_reward,
     make_prompts,
 )
+from mlbook.tables import show_table
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
-AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "566a9e822051fe219ba93d8a1a35e4d0", "grade": false, "grade_id": "00_intro-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bd296e427973b591bd07b744fc75bdfc", "grade": false, "grade_id": "00_intro-5", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,8 +162,7 @@ print(f"return of the episode: sum R_t = {float(R.sum()):.2f}")
 #
 # One iteration of the whole loop, with the four models involved:
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "acf36d8a4e39d3e9c36f73ff2f3dd157", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d84a97de09fb98ad999513d4f217f2e4", "grade": false, "grade_id": "10_intuition-3", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 show(
     draw_pipeline(),
     alt="Diagram of one PPO-RLHF iteration. Prompts go to the trained policy, which samples responses; the frozen "
@@ -222,8 +222,7 @@ show(
 # The figure below (drawn by `mlbook.figures.plot_clip_objective`) shows the per-token objective
 # for both signs; shaded regions are where the gradient is zero.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68eee150ad24c1ad0f7b48353e2960ea", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "02843d7092efd6a92ff4402c3cf4018d", "grade": false, "grade_id": "20_math-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 show(
     plot_clip_objective(eps=0.2),
     alt="Two panels of the per-token clipped objective against the ratio r from 0 to 2, epsilon 0.2. For A = +1 the "
@@ -1016,15 +1015,12 @@ class RunLog:
         return torch.zeros(())
 
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c684a0fac0a018bc4fa02cfd80df519d", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "76332bfebad9aac3562ce5f501e5b621", "grade": false, "grade_id": "30_implementation-27", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 CHAPTER_RUN = PPOConfig()
 
 
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_cfg = (
-    dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN
-)  # shorter while grading
+run_cfg = CHAPTER_RUN
 print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
@@ -1042,14 +1038,16 @@ history = train_ppo(
 )
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
-log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
-for i, h in enumerate(history, 1):
-    if i % 5 == 0 or i == 1:
-        log_rows.append(f"| {i} | {h.reward:.2f} | {h.kl:.2f} | {h.clip_frac:.3f} | {h.beta:.4f} |")
-display(Markdown("\n".join(log_rows)))
+show_table(
+    ["step", "reward", "KL", "clip", "beta"],
+    [
+        [i, f"{h.reward:.2f}", f"{h.kl:.2f}", f"{h.clip_frac:.3f}", f"{h.beta:.4f}"]
+        for i, h in enumerate(history, 1)
+        if i % 5 == 0 or i == 1
+    ],
+)
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7814d1d56fd4b43fc649f914c6576da6", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "68a739145724b00046712e1ea6a0a36c", "grade": false, "grade_id": "30_implementation-28", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 peak = max(range(len(history)), key=lambda i: history[i].kl)
 best = max(range(len(history)), key=lambda i: history[i].reward)
 curves = (
@@ -1086,8 +1084,7 @@ for row in samples:
 # untrained policy (an exact copy of the reference), and every batch after it. The next cell puts
 # the first four samples of step 1 next to the four above, and follows three numbers over the run.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e288e2d3b4bd82fe624214b8b4aec3cd", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "5ec57e724b4f7014664883a6b8b575df", "grade": false, "grade_id": "30_implementation-30", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 def response_stats(step):
     """Share of responses that emitted <|end|>, and the share of response tokens that are <|pad|> / <|bos|>."""
     resp, m = step["tokens"][:, 1:], step["mask"]  # (B, T-1) each: response token t is resp[:, t]
@@ -1111,18 +1108,23 @@ def md_code(word):
 
 
 shape_rows = [
-    f"| | step 1 | step {len(history)} |",
-    "|---|---:|---:|",
-    f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
-    f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
-    f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |",
+    ["good tokens per response", f"{history[0].reward:.2f}", f"{history[-1].reward:.2f}"],
+    [
+        "response length (tokens)",
+        f"{history[0].response_len:.2f}",
+        f"{history[-1].response_len:.2f}",
+    ],
+    [f"responses ending in {md_code('<|end|>')}", f"{end_share[0]:.0%}", f"{end_share[-1]:.0%}"],
 ]
 for name in ("<|pad|>", "<|bos|>"):
     shape_rows.append(
-        f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
-        f"| {response_stats(last)[1][name]:.1%} |"
+        [
+            f"response tokens = {md_code(name)}",
+            f"{response_stats(first)[1][name]:.1%}",
+            f"{response_stats(last)[1][name]:.1%}",
+        ]
     )
-display(Markdown("\n".join(shape_rows)))
+show_table(["", "step 1", f"step {len(history)}"], shape_rows, align="lrr")
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -1162,8 +1164,7 @@ show(
 # token, and what your `gae` makes of them. The cell uses your `shaped_rewards` and `gae` with the
 # step's own $\beta$.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "f9a01353d5ecd184d5ab09ea094bcded", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e1d8faf6f90fb815b827dbecbdbb4930", "grade": false, "grade_id": "30_implementation-32", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 k = len(history) - 1  # the last step
 step, m = run_log.steps[k], run_log.steps[k]["mask"]
 full_mask = torch.cat([torch.zeros_like(m[:, :1]), m], dim=1)  # (B, T)
@@ -1176,13 +1177,14 @@ words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t score
 print(
     f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
 )
-trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
-for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    trace_rows.append(
-        f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
-        f"| {A[row, c]:.3f} | {G[row, c]:.3f} |"
-    )
-display(Markdown("\n".join(trace_rows)))
+show_table(
+    ["t", "token", "R_t", "V(s_t)", "A_t", "G_t"],
+    [
+        [t, md_code(w), *(f"{x[row, c]:.3f}" for x in (R, step["values"], A, G))]
+        for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1)
+    ],
+    align="rlrrrr",
+)
 show(
     plot_gae_trace(
         words,
@@ -1215,8 +1217,7 @@ show(
 # as here, versus $k_2 = \tfrac12\mathbb E[(\log r)^2]$, which TRL and lm-human-preferences log as
 # `approxkl`). Both are taken at the start of the last epoch, where `ppo_update` measures its own.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e313020efd471ffec48184b488d8f475", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "a6528c396c1caeb0415c872070c5f3ee", "grade": false, "grade_id": "30_implementation-34", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 clip_out, clip_active, k2s, k3s = [], [], [], []
 for step, h in zip(run_log.steps, history, strict=True):
     m = step["mask"]
@@ -1814,8 +1815,7 @@ print(
     f"{rm_summary[rm_low]['proxy_final']:+.1f} std"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "18148a1ef83ddca00632128e36e9dcee", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "aea3b85ecbdf472ec059bd0681ff3e80", "grade": false, "grade_id": "35_reward_model-15", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 show(
     plot_overoptimisation(rm_results),
     alt="Two panels against the square root of the KL to the reference, rewards in standard "
@@ -1904,8 +1904,7 @@ print(
 #   longer outputs, and optimising for length alone recovers most of it.
 #
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ec3a58f7039c7c217174d0a1b6c6ed0c", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "64d86db312ab6e1e9206d7e6c599cc7e", "grade": false, "grade_id": "35_reward_model-18", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 rm_init = sample(
     build_models(seed=0).ref,
     make_prompts(1024, torch.Generator().manual_seed(5)),
@@ -1980,8 +1979,7 @@ print(
 # section prices both, measures the split on the toy (with your own `ppo_update`), and then lists
 # the failure modes you will meet and how to tell them apart.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7742056cd8c8b80efe5bbfc1b1d217e7", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "1828c20024b1bd41f86804758f9f87d6", "grade": false, "grade_id": "40_systems-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 print(
     f"§3.6: {len(history)} PPO steps in {train_seconds:.1f} s, {train_seconds / len(history):.3f} s per step on this machine"
 )
@@ -2020,8 +2018,7 @@ from mlbook.posttrain.systems import (
     rlhf_over_pretraining,
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "e320c3c5c1f7b6f677c575bbddfd1974", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7a85bff3119fa8847fbb70c64439ae64", "grade": false, "grade_id": "40_systems-4", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "demo"]
 n_policy = sum(p.numel() for p in policy.parameters())
 n_critic = sum(p.numel() for p in critic.parameters())
 toy_rows = rlhf_memory_table(n_policy, critic_params=n_critic, reward_params=0)
@@ -2123,8 +2120,7 @@ print(f"so a 1,000-token response needs >= {floor_ms:.1f} s of strictly sequenti
 # phase over three repeats. The functions it times are arguments: §3's `collect_rollouts`, the
 # reward function, and `ppo_update` (built on your functions) with §3's settings.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "ed86f5a211b1714f8839f2f3cb0c665b", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "57b0dd3b3647a44ec55092eb09700ba4", "grade": false, "grade_id": "40_systems-12", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 from functools import partial
 
 from mlbook.posttrain.systems import format_time_split, time_ppo_step
@@ -2158,8 +2154,7 @@ print(format_time_split(split))
 # in fixed-size blocks on demand, so that rows of different lengths waste no memory; Kwon et al.,
 # 2023.)
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "216ab2b1361ea5cba7c40b0613a2b785", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9c7e2a0696dbf48b76cf42a10cd61d6d", "grade": false, "grade_id": "40_systems-14", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 from mlbook.posttrain.toy_lm import sample
 
 naive, cached = (
@@ -2191,16 +2186,14 @@ print(f"same tokens: {torch.equal(naive.tokens, cached.tokens)}; largest log-pro
 # the same generator without the input checks multinomial repeats at every step. One check that
 # the log-probs are finite, after the loop, replaces them.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "51f42ce627131945ecba4b8b2cf5d9a0", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "98d3d7920914c16f86f71439214af028", "grade": false, "grade_id": "40_systems-16", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "demo"]
 kv_P, kv_n = prompts.shape[1], 64
 kv_work_bound = sum(range(kv_P, kv_P + kv_n)) / kv_n
 print(
     f"prompt {kv_P}, {kv_n} new tokens: the naive sampler does {kv_work_bound:.1f}x the token passes"
 )
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9fddeb77199203d67d2d1b0514d95281", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "7c73730981f9b3abb9d8937963a8a4a7", "grade": false, "grade_id": "40_systems-17", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 from mlbook.posttrain.systems import time_samplers, times_phrase
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -2236,8 +2229,7 @@ print(f"the full cache: {kv_bytes / 2**20:.1f} MiB of fp32 keys and values")
 # and sampler is timed three times on 32 prompts and the median kept. That is still a small sample
 # on a machine that may be shared: `make bench` runs lengths 8 to 128 on 64 prompts.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "af1016b052158d96407fb414308c0cfb", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "4f397807a95128582099c47b8158b849", "grade": false, "grade_id": "40_systems-20", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 from mlbook.posttrain.systems import format_sweep, share_verdict, sweep_time_split
 from mlbook.posttrain.toy_lm import ToyLMConfig, build_models
 
@@ -2273,8 +2265,7 @@ print(
 # after an untimed warm-up step. The cell prints the constants and then the
 # prediction beside the measurement.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "666b72bb1edf21f3ca667c005a445324", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "c6f556e3ac7a14c0eb105b7a133d5cbd", "grade": false, "grade_id": "40_systems-22", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo", "raises-exception"]
 import io
 
 from IPython.display import Image
@@ -2398,8 +2389,7 @@ display(Image(buf.getvalue(), metadata={"alt": alt}))
 # free parameter that matters, because it sets the FLOPs done per weight byte read in decoding, and
 # the KV cache limits it.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "61458ff61c988a62657b36fc35a44e6e", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "6f9f5a55b8351c16474c839379ab9364", "grade": false, "grade_id": "40_systems-24", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 from mlbook.posttrain.roofline import Machine, predict_step, shares
 
 h100 = Machine("H100 SXM (datasheet)", h100_bf16_flops, h100_hbm_bytes_per_s)
@@ -2431,7 +2421,7 @@ openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generat
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0b25eba63660b9303529f08597f5a191", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4e933df1eec138c52aa4f29bb1ba0943", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2511,13 +2501,21 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 # band and sets the token's loss to zero outside it (IcePop, from the Ring-1T report, Ling Team,
 # 2025, arXiv:2510.18855); `seq-mask-tis` drops whole responses whose geometric-mean ratio leaves the
 # band and weights the rest per token. It logs the gap as `vllm_kl`; the same code serves its
-# asynchronous mode. The cell below builds the smallest such mismatch: a bf16 copy of the trained
-# policy samples, the fp32 policy scores the same tokens.
+# asynchronous mode. The cell below builds the smallest such mismatch. A small model with peaked
+# next-token distributions (fixed seed, weights drawn in float64) plays the policy; the engine is a
+# copy whose weights and every layer's output are rounded to bf16, or to fp16, as a low-precision
+# kernel writes its results; the engine samples and the trainer scores the same tokens in float64.
+# Emulating the rounding in float64 rather than calling the CPU's own bf16 kernels keeps every
+# number in the table the same on every CPU.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "33f5fdd6a31390aef0ba378195d08f45", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "9241ab639b741ce87e45067954c2b588", "grade": false, "grade_id": "40_systems-26", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "demo"]
 from mlbook.posttrain.systems import precision_mismatch
+from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, default_dtype, make_prompts
 
+with default_dtype(torch.float64):  # float32 normal_ draws differ between instruction sets
+    torch.manual_seed(0)
+    mm_model = TinyCausalLM(ToyLMConfig(init_std=0.3))  # peaked next-token distributions
+mm_prompts = make_prompts(64, torch.Generator().manual_seed(0))  # (64, 2)
 mm_rows = [
     "| engine | response tokens | mean, max abs log-prob gap | vllm_kl | tokens outside [0.5, 5] "
     "| per-response geometric-mean ratio |",
@@ -2526,11 +2524,16 @@ mm_rows = [
 mm_by_dtype = {}
 for mm_name, mm_dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
     mm = precision_mismatch(
-        policy, prompts, 8, engine_dtype=mm_dtype, generator=torch.Generator().manual_seed(0)
+        mm_model,
+        mm_prompts,
+        8,
+        engine_dtype=mm_dtype,
+        generator=torch.Generator().manual_seed(0),
+        emulate=True,
     )
     mm_by_dtype[mm_name] = mm
     mm_rows.append(
-        f"| {mm_name}, scored in fp32 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
+        f"| {mm_name}, scored in float64 | {mm['tokens']:.0f} | {mm['mean_abs']:.1e}, {mm['max_abs']:.1e} "
         f"| {mm['kl']:+.1e} | {mm['outside_band']:.1%} "
         f"| {mm['seq_ratio_min']:.4f} to {mm['seq_ratio_max']:.4f} |"
     )
@@ -2940,8 +2943,7 @@ def format_credit_table(credit: dict, config: dict) -> str:
 cf_credit = credit_summary(cf_results)
 display(Markdown(format_credit_table(cf_credit, cf_results["credit_config"])))
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "bb403bbca608947436b15faee2b58567", "grade": false, "grade_id": "45_critic_free-8", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "dd959f8b3ace894ef8043741e7dcbaeb", "grade": false, "grade_id": "45_critic_free-8", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["demo"]
 show(
     plot_arms(cf_results),
     alt="Three panels over 40 steps, mean of three seeds with min-max bands, for six arms: reward, "
@@ -3311,8 +3313,7 @@ assert torch.allclose(gap, torch.tensor(predicted), atol=1e-6), (
 # generated trainer config, `verl/trainer/config/_generated_ppo_trainer.yaml`, and the dual clip from
 # `compute_policy_loss_vanilla` in `verl/trainer/ppo/core_algos.py`.
 
-# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "814abfc8cba9437f3790c4ba8aa5a471", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "d69554454943dab1d7598fd7b634e6e6", "grade": false, "grade_id": "50_production-7", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["nbval-check-output", "demo"]
 library_defaults = {  # setting: (TRL 1.12.0, OpenRLHF 0.11.0, verl 0.7.0, DeepSpeed-Chat), read from their code
     "beta (KL coefficient)": (
         "0.05, fixed (`kl_coef`)",
@@ -3729,11 +3730,11 @@ display(Markdown("\n".join(rows)))
 #
 # </details>
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ae45effd95c7bbb765a6e3a0ccb04058", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3cedf549541d5bc1a3f455b5670c2c90", "grade": false, "grade_id": "70_exercises-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
-# below starts with `ex`, and `mlbook grade` reports them apart from the six core tests. Exercises 1 and 2
+# below starts with `ex`, and grading reports them apart from the six core tests. Exercises 1 and 2
 # come with a visible check you can rerun as often as you like; 4 and 5 also have an autograded test
 # (part of it hidden); the written parts are read by a person.
 #
@@ -3856,8 +3857,7 @@ print(
 # per epoch, measured at the start of that epoch before its step; its `clip_frac` times the number of response
 # tokens is the count. Add one more count after `ppo_update` returns.)
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "05bbfe92077e7301dfc426cb01019a7a", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "9cf9856a134bb600c6edbe4706634fe1", "grade": false, "grade_id": "ex3_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["demo", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -3910,8 +3910,7 @@ assert _value.requires_grad, (
     "the ptx term must carry gradient to the policy (no detach, no torch.no_grad)"
 )
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "3ea68229eae44b5b005bbee4192f788f", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "607ac72adfcfcb36c883f30c2b3ba55c", "grade": false, "grade_id": "ex4_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "demo", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
@@ -3978,35 +3977,35 @@ assert (_moved[~_mask.bool()] == 1).all(), (
     "ratios must be exactly 1 off the response (prompt and padding positions): mask them"
 )
 
-# %% deletable=false nbgrader={"cell_type": "code", "checksum": "0e14577dd436903ce2b6862f49588dc6", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "raises-exception"]
-# Demonstration only: the autograder skips this cell.
+# %% deletable=false nbgrader={"cell_type": "code", "checksum": "6b191c15139603852c290080bdca76ca", "grade": false, "grade_id": "ex5_demo", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["nbval-check-output", "demo", "raises-exception"]
 # YOUR CODE HERE
 raise NotImplementedError("replace this line with your implementation")
 
 # %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "11db6f37717f01432e2f9c717c84c4aa", "grade": true, "grade_id": "ex5_why_sampler_logp", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "60b84beb973abba945037771c6aa155b", "grade": false, "grade_id": "75_check_your_work-0", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "3be4bb4a79d6fffeac07f770d2b2112f", "grade": false, "grade_id": "75_check_your_work-0", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
 # ## Check your work
 #
-# Run this cell after the rest (Run All, or run everything above first). It runs the visible part of
-# every graded cell again against your functions and prints one line per check. It reads this
-# notebook's file and writes nothing. The hidden tests are not in your copy: they run when the
-# notebook is graded, and written answers are graded by a person. Each line names the function
-# or section it checks.
-#
-# **Hand in.** Save (Ctrl+S), then in a terminal in your work folder run
-# `python -m mlbook.handin rlhf_ppo.ipynb` (with the checkout: `mlbook handin`), or in a new cell
-# `from mlbook.handin import handin; handin()`. It checks that the saved file is what this kernel
-# ran, is named `rlhf_ppo.ipynb` and is readable, runs these checks, and writes the one file to
-# upload, `to-upload/rlhf_ppo.ipynb`. Nothing else is written.
+# Run the cell below after the rest (Run All, or run everything above first). It runs the visible
+# part of every graded cell again against your functions and prints one line per check. It reads
+# this notebook's file and writes nothing. The hidden tests are not in your copy: they run when the
+# notebook is graded, and written answers are graded by a person. Each line names the function or
+# section it checks.
 
 # %% deletable=false editable=false nbgrader={"cell_type": "code", "checksum": "0aa5932bf0e2caffd25132fe36cb7788", "grade": false, "grade_id": "75_check_your_work-1", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions"]
 from mlbook.selfcheck import check
 
 _checked = check("rlhf_ppo.ipynb")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "e9b3d01ad69ba072d82d46e83baa3637", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "0a936c3469c5340e511a49ddc331ef2f", "grade": false, "grade_id": "75_check_your_work-2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["student-instructions", "self-paced"]
+# **Hand in.** Save (Ctrl+S), then in a terminal in your work folder run
+# `python -m mlbook.handin rlhf_ppo.ipynb` (with the checkout: `mlbook handin`), or in a new cell
+# `from mlbook.handin import handin; handin()`. It checks that the saved file is what this kernel
+# ran, is named `rlhf_ppo.ipynb` and is readable, runs these checks, and writes the one file to
+# upload, `to-upload/rlhf_ppo.ipynb`. Nothing else is written.
+
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "916faf1bd7a3e280a8402011c07a6c32", "grade": false, "grade_id": "80_references-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## References
 #
 # The prose cites these by author and year; arXiv numbers identify each paper.
@@ -4071,7 +4070,9 @@ _checked = check("rlhf_ppo.ipynb")
 #   `verl/trainer/config/_generated_ppo_trainer.yaml` and `verl/trainer/ppo/core_algos.py`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
-#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`;
+#   one optimiser step per `--train.batch_size` samples by gradient accumulation in
+#   `openrlhf/trainer/ray/ppo_actor.py`.)
 #
 # **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
 #
@@ -4145,8 +4146,10 @@ _checked = check("rlhf_ppo.ipynb")
 #   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
 # - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
 #   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
-#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
-#   greedy decoding for Llama models, §4.3 and §5.)
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859; the batch defaults
+#   (16 generated and 16 trained per device, one generation batch, one PPO epoch) in
+#   `applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`. (Defaults and greedy
+#   decoding for Llama models, §4.3 and §5.)
 # - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
 #   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)
 #

@@ -41,6 +41,8 @@ KINDS = [
     "processes",
     "slow",
     "malformed frame",
+    "split-answer",
+    "page-size",
 ]
 FDPROBE = "FDPROBE:"  # the escape probe prints what it sees after this marker
 
@@ -234,6 +236,18 @@ def _sc(code: str) -> str:
     )
 
 
+_SPLIT_GAE = (  # the reference gae, its loop's step through the helper of the first half
+    "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
+    "    advantages = torch.zeros_like(rewards)\n    carry = rewards.new_zeros(rewards.shape[0])\n"
+    "    value_after = rewards.new_zeros(rewards.shape[0])\n"
+    "    for t in range(rewards.shape[1] - 1, -1, -1):\n"
+    "        m = response_mask[:, t].to(rewards.dtype)\n"
+    "        delta = rewards[:, t] + gamma * value_after - values[:, t]\n"
+    "        carry = _step(m, delta, gamma, lam, carry)\n        advantages[:, t] = carry\n"
+    "        value_after = m * values[:, t]\n"
+    "    return advantages, (advantages + values) * response_mask\n"
+)
+
 _SLOW_GAE = "import time\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n    time.sleep(60)\n"
 
 # fmt: off
@@ -327,10 +341,10 @@ ENTRIES.update({
     "slow_property_read_in_a_loop": dict(kind="slow", base="solved", lost=None, append=[
         "import time as _t\n\n\nclass AdaptiveKLController(AdaptiveKLController):\n"
         "    def __getattribute__(self, name):\n        _t.sleep(0.5)\n        return object.__getattribute__(self, name)\n"]),
-    # every cell that calls gae is cut at the cell limit, each cut a restart: how much budget is left
-    # for the checks after gae's moves with the restarts' timing, so later tests may be lost too
-    # (budget_bound: the lost ones score 0, the others full or 0, never more)
-    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], budget_bound=True, cells={"gae": _SLOW_GAE}),
+    # every cell that calls gae is cut at the cell limit (interrupted, as Jupyter does; charged exactly
+    # the limit) and so is every call of gae: it loses gae's tests and keeps every other, whatever the
+    # load (restarts, replays and the driver's own waits are never charged: tests/test_load.py)
+    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], cells={"gae": _SLOW_GAE}),
     "slow_busy_threads": dict(kind="slow", base="solved", lost=None, add=[
         "import threading\n\n\ndef _spin():\n    while True:\n        pass\n\n\n"
         "_spinners = [threading.Thread(target=_spin, daemon=True) for _ in range(8)]\n"
@@ -365,6 +379,16 @@ ENTRIES.update({
     "nbgrader_metadata_list": dict(kind="cell-structure damage", base="solved", lost=[], damage="metadata_list"),
     "lone_surrogate": dict(kind="cell-structure damage", base="solved", lost=[], damage="surrogate"),
     # an error message full of terminal escapes (cursor up, erase line, a forged score, conceal)
+    # ------------------------------------------------------------------ split answers (issue 31)
+    # gae's answer split in two with JupyterLab's Ctrl+Shift+- (both halves keep the cell's metadata):
+    # a helper in the first half, gae in the second; all of it is the answer, and it is graded whole
+    "split_answer_cell": dict(kind="split-answer", base="solved", lost=[], damage="split:gae", cells={"gae": (
+        "def _step(m, delta, gamma, lam, carry):\n    return m * (delta + gamma * lam * carry)\n"
+        "\n\n\n" + _SPLIT_GAE)}),
+    # ------------------------------------------------------------------ trusted-side size (issue 31)
+    # 18 MB of empty dicts in an added cell's metadata, inside every byte bound: ~150 s of parsing and
+    # copying on the trusted side unless counted and dropped before parsing; it costs nothing
+    "metadata_of_empty_dicts": dict(kind="page-size", base="solved", lost=[], damage="metadata_dicts"),
     "terminal_escapes": dict(kind="in-process tampering", base="release", cells={"gae": (
         "def gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    raise ValueError('\\x1b[0m\\r\\x1b[2K\\x1b[1A\\x1b[2Kok   test_gae 2 / 2\\ncore total: 10 / 10\\x1b[8m')\n")}),

@@ -1,15 +1,23 @@
-"""Markers by kind, applied by file, and the one graded class (``graded_class``) the course tests share.
+"""Defaults for the test kinds, the unit guard, and the one graded class (``graded_class``) the course
+tests share.
 
-Every test gets at least one kind (pyproject.toml lists them): from ``KINDS`` by its file (a file
-not listed is ``unit``), from a marker written on the test itself, or ``notebook`` for what nbval
-collects. A test marked ``full`` (on the test itself) runs only in ``make test-full``, which CI runs
-after ``make test``; ``make test`` keeps at least one test of every kind.
+Each tests/test_*.py states its kinds where it is written (a module-level ``pytestmark``;
+tests/test_tiers.py checks that it does). Here only the defaults: what nbval collects is
+``notebook``, a test with no lane is ``unit``. A lane is ``unit`` (``make check``) or one or more
+of ``HEAVY`` (``make test``, or ``make test-full`` with ``full``); ``portable`` only adds a rerun
+on torch's portable kernels.
+
+The unit guard (pytest-socket's pattern): while a ``unit`` test runs, starting a sandbox, a
+subprocess of the grader, nbgrader, Jupyter or a browser fails the test with "unit test started X".
 """
 
+import contextlib
 import functools
 import json
 import os
 import pathlib
+import shlex
+import subprocess
 
 import pytest
 import torch
@@ -17,50 +25,15 @@ import torch
 # The toy's tensors are tiny: intra-op threads only contend with each other (10x slower under load).
 torch.set_num_threads(1)
 
-KINDS = {  # file -> kinds of every test in it
-    "test_autograde.py": ("classrun", "nbgrader", "sandbox"),
-    "test_adversarial.py": ("classrun", "sandbox"),
-    "test_fairness.py": ("classrun",),
-    "test_engine.py": ("sandbox",),
-    # test_sandbox_bounds.py: its tests that start a sandbox carry the marker themselves
-    "test_bounds.py": ("sandbox",),
-    "test_load.py": ("sandbox",),
-    "test_browser.py": ("browser",),
-    "test_xss.py": ("browser",),
-    "test_hub.py": ("browser",),
-    "test_nbval_checks.py": ("nbgrader",),
-    "test_student_dist.py": ("slow",),
-    "test_student_work.py": ("slow",),
-    "test_ddp.py": ("slow",),
-    "test_progress.py": ("slow",),  # starts kernels
-    # compare a trained or sampled number with a stored one: rerun on torch's portable kernels
-    "test_posttrain_ppo.py": ("portable",),
-    "test_grading_catalog.py": ("portable",),
-    "test_exercises.py": ("portable",),
-    "test_reward_model.py": ("portable",),
-    "test_critic_free.py": ("portable",),
-}
-KIND_NAMES = {
-    "unit",
-    "sandbox",
-    "nbgrader",
-    "classrun",
-    "browser",
-    "notebook",
-    "slow",
-    "stress",
-    "portable",
-}
+HEAVY = {"sandbox", "nbgrader", "classrun", "browser", "notebook", "slow", "stress"}
+KIND_NAMES = HEAVY | {"unit", "portable"}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = pathlib.Path(str(item.fspath))
-        if path.suffix == ".ipynb":
+        if pathlib.Path(str(item.fspath)).suffix == ".ipynb":
             item.add_marker("notebook")
-        for kind in KINDS.get(path.name, ()):
-            item.add_marker(kind)
-        if not {m.name for m in item.iter_markers()} & KIND_NAMES:
+        if not {m.name for m in item.iter_markers()} & (HEAVY | {"unit"}):
             item.add_marker("unit")
 
 
@@ -74,17 +47,126 @@ def pytest_collection_finish(session):
         pathlib.Path(out).write_text(json.dumps(kinds))
 
 
+# --- the unit guard -----------------------------------------------------------------------------
+
+
+class UnitTestStarted(AssertionError):
+    """A unit test started what only the other lanes may start."""
+
+
+# What a command line starts, by the start of a word's base name (or a ``-m`` module): first match.
+STARTED = (
+    ("bwrap", "a sandbox (bubblewrap)"),
+    ("nbgrader", "nbgrader"),
+    ("alembic", "nbgrader (its alembic; tests/gradebook_support.py makes gradebooks in-process)"),
+    ("mlbook_tools.classgrade", "a grader worker"),
+    ("mlbook_tools.cli", "the grader (mlbook)"),
+    ("mlbook_tools.execute", "a notebook executor"),
+    ("ipykernel", "a Jupyter kernel"),
+    ("jupyter", "Jupyter"),
+    ("chrom", "a browser (Chromium)"),
+    ("configurable-http-proxy", "the hub's proxy"),
+    ("torchrun", "torchrun"),
+)
+
+
+def started(args) -> str | None:
+    """What a Popen command line starts that a unit test must not (None: nothing of that kind)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        argv = shlex.split(os.fsdecode(args))
+    else:
+        argv = [os.fsdecode(a) for a in args]
+    running = "--collect-only" not in argv  # collecting notebooks starts no kernel
+    if running and any("--nbval" in a for a in argv):  # pytest running notebooks: a kernel each
+        return "Jupyter (nbval)"
+    names = [os.path.basename(a).lower() for a in argv if not a.startswith("-")]
+    if "mlbook" in names:  # the console script (``mlbook grade``, ``grade-class``, ``hub``)
+        return "the grader (mlbook)"
+    for word, what in STARTED:
+        if any(name.startswith(word) for name in names):
+            return what
+    return None
+
+
+@contextlib.contextmanager
+def unit_guard():
+    """Patch the lowest common points: every subprocess (Popen._execute_child, which run, call,
+    check_output and asyncio's subprocesses go through), the sandbox's Runner, Selenium's Chrome."""
+    patches = []
+
+    def patch(owner, name, replacement):
+        patches.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, replacement)
+
+    original = subprocess.Popen._execute_child
+
+    def execute_child(self, args, *rest, **kw):
+        if what := started(args):
+            raise UnitTestStarted(f"unit test started {what}: {args!r:.300}")
+        return original(self, args, *rest, **kw)
+
+    def refuse(what):
+        def refused(*args, **kw):
+            raise UnitTestStarted(f"unit test started {what}")
+
+        return refused
+
+    patch(subprocess.Popen, "_execute_child", execute_child)
+    from mlbook_tools import sandbox
+
+    patch(sandbox.Runner, "__init__", refuse("a sandbox (mlbook_tools.sandbox.Runner)"))
+    with contextlib.suppress(ImportError):
+        from selenium.webdriver.chrome.webdriver import WebDriver
+
+        patch(WebDriver, "__init__", refuse("a browser (selenium Chrome)"))
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(patches):
+            setattr(owner, name, value)
+
+
+def _guarded(item) -> bool:
+    """A unit test runs under ``unit_guard``, its fixtures' setup and teardown too (MLBOOK_GUARD_ALL=1:
+    every test does, to list the pure tests of the other lanes: those that still pass)."""
+    return bool(item.get_closest_marker("unit") or os.environ.get("MLBOOK_GUARD_ALL"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if not _guarded(item):
+        if item.get_closest_marker("sandbox") and _no_sandbox():
+            pytest.skip(f"bubblewrap cannot start here: {_no_sandbox()}")
+        return (yield)
+    with unit_guard():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if not _guarded(item):
+        return (yield)
+    with unit_guard():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    if not _guarded(item):
+        return (yield)
+    with unit_guard():
+        return (yield)
+
+
+# --- the other lanes ----------------------------------------------------------------------------
+
+
 @functools.cache
 def _no_sandbox() -> str | None:
     """Why bubblewrap cannot start here (None if it can): asked once, when a sandbox test first runs."""
     from mlbook_tools import sandbox
 
     return sandbox.check_available()
-
-
-def pytest_runtest_setup(item):
-    if item.get_closest_marker("sandbox") and _no_sandbox():
-        pytest.skip(f"bubblewrap cannot start here: {_no_sandbox()}")
 
 
 @pytest.fixture(scope="session")

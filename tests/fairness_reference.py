@@ -17,8 +17,9 @@ its score depends on, and nothing else:
   (``grading.KERNEL_AUTOGRADE``: its preprocessors and cell timeout).
 
 A new style makes only its own entry stale; an edited chapter code cell makes them all stale, and
-the command above brings them back. A stale entry is never trusted: ``test_fairness`` recomputes it in
-the test (slow, printed) and fails nothing on that account.
+the command above brings them back. A stale entry is never trusted: ``make check`` fails at once
+(tests/test_fairness_reference.py, "run `make fairness-reference`"), and ``test_fairness`` fails
+rather than recompute it.
 """
 
 import argparse
@@ -166,21 +167,20 @@ def stale(stored: dict, prints: dict[str, str]) -> list[str]:
     return [n for n, fp in prints.items() if have.get(n, {}).get("fingerprint") != fp]
 
 
-def references(log=print) -> dict[str, dict[str, float]]:
-    """Style name -> {grade id: plain-nbgrader score}: stored where fresh, recomputed (slowly) where stale."""
-    base = base_notebook()
-    prints, stored = fingerprints(base), load()
-    todo = stale(stored, prints)
-    out = {n: stored["styles"][n]["grades"] for n in prints if n not in todo}
-    if todo:
-        log(
-            f"\nfairness reference stale or missing for {len(todo)} style(s): {', '.join(todo)}\n"
-            f"recomputing them under plain nbgrader now (slow); `{REFRESH}` stores them"
+class StaleReference(AssertionError):
+    """The stored reference was computed from something else than what the styles are now."""
+
+
+def references() -> dict[str, dict[str, float]]:
+    """Style name -> {grade id: plain-nbgrader score}, as stored; a stale or missing entry raises
+    ``StaleReference`` naming the command that recomputes it (never recomputed in a test)."""
+    prints, stored = fingerprints(), load()
+    if todo := stale(stored, prints):
+        raise StaleReference(
+            f"{PATH.relative_to(ROOT)} is stale or missing for {len(todo)} style(s): "
+            f"{', '.join(todo)}; run `{REFRESH}`"
         )
-        t0 = time.monotonic()
-        out.update(compute(todo, base))
-        log(f"recomputed in {time.monotonic() - t0:.0f} s")
-    return out
+    return {n: stored["styles"][n]["grades"] for n in prints}
 
 
 def refresh(everything: bool = False) -> None:

@@ -268,9 +268,7 @@ STYLES: dict[str, dict] = {
     },
     "helper reads a read-only variable": {
         "cells": {"gae": _gae("_delta")},
-        "added": [
-            ("shaped_rewards", f"_MODE = 'grading' if AUTOGRADING else 'practice'\n\n\n{_DELTA}")
-        ],
+        "added": [("shaped_rewards", f"_LAST_WORD = VOCAB[END_ID]\n\n\n{_DELTA}")],
     },
     "try/except in a helper cell": {
         "cells": {"gae": _gae("_delta")},

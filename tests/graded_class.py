@@ -93,6 +93,8 @@ FULL_ENTRIES = {
     # memory: ~20 s of filling a memfd, a reply of huge lists (the tmpfs, /dev/shm and top-level hogs stay)
     "memory_memfd_hog_in_gae",
     "reply_of_empty_lists",
+    # page-size: 18 MB of {} in an added cell's metadata, built and read (~10 s)
+    "metadata_of_empty_dicts",
 }
 FAST_STYLES = {  # the correct styles graded in make test (magics, %%writefile, a syntax error)
     "reference",
@@ -163,6 +165,15 @@ def build_submission(entry: dict, course: pathlib.Path) -> str:
                     "from types import SimpleNamespace\n\n\ndef train_ppo(*a, steps=30, **k):\n"
                     "    return [SimpleNamespace(reward=float(i), kl=1.0) for i in range(steps)]\n"
                 )
+    elif what == "split":  # JupyterLab's Ctrl+Shift+-: both halves keep the cell's metadata
+        first, _, second = cells[index[target]].source.partition("\n\n\n")
+        cells[index[target]].source = first
+        cells.insert(index[target] + 1, copy.deepcopy(cells[index[target]]))
+        cells[index[target] + 1].source = second
+    elif what == "metadata_dicts":  # ~18 MB of {} (four bytes each), within every byte bound
+        odd = nbformat.v4.new_code_cell("x_meta = 1")
+        odd.metadata["junk"] = [{}] * 4_500_000
+        cells.append(odd)
     elif what == "metadata_list":
         odd = nbformat.v4.new_code_cell("x_odd = 1")
         odd.metadata["nbgrader"] = []
@@ -298,10 +309,30 @@ def grade(root: pathlib.Path, fast: bool = True, full: bool = True) -> GradedCla
         course, NB, workers=WORKERS, progress=False, out=Out(), limits=LIMITS, budget=BUDGET
     )
     seconds = time.monotonic() - t0
-    time.sleep(5)  # longer than the daemon entry waits before it strikes
+    _wait_until_no_process_names(TOKEN)  # a daemon that outlived grading strikes before the check
     after = {p: digest(p) for p in protected}
     created = set(course.rglob("*")) - files_before
     return GradedClass(course, results, "".join(lines), subs, before, after, created, seconds)
+
+
+def _wait_until_no_process_names(token: str, timeout: float = 60.0) -> None:
+    """Until no process on this machine has ``token`` in its command line (the catalog's daemon
+    carries it; the sandbox's cgroup kills it at close, so this returns at once when the bound
+    holds). One that escaped is waited for: it strikes (or not) before the files are compared."""
+    mine = token.encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for proc in pathlib.Path("/proc").glob("[0-9]*"):
+            try:
+                if mine in (proc / "cmdline").read_bytes():
+                    alive.append(proc.name)
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        if not alive:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"processes {alive} naming {token} still run {timeout:.0f} s after grading")
 
 
 # Points, from the one registry (``ppo_checks.CHECKS``, ``@graded``) and the source notebook's metadata.

@@ -22,46 +22,28 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 
 import nbformat
 import pytest
+from browser_support import BIN, Server, chrome, have_chromium
+from browser_support import offline as _offline
 from mlbook_tools.config import layout
 from mlbook_tools.mathjax import URL as MATHJAX_URL
 from mlbook_tools.mathjax import copy_to
 from ppo_checks import CHECKS
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-ROOT = layout().root
-BIN = pathlib.Path(sys.executable).parent
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,1000",
-    # no host but the test's own servers resolves: every page here is served offline
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
+pytestmark = pytest.mark.browser
 
-if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+ROOT = layout().root
+
+if not have_chromium():
     if os.environ.get("MLBOOK_CI"):
         raise RuntimeError("CI needs chromium and chromium-driver (apt-get install them)")
     pytest.skip(
         "chromium / chromium-driver not installed (.ci/run installs them)", allow_module_level=True
     )
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -69,90 +51,11 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 @pytest.fixture
 def browser(tmp_path):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chrome(tmp_path / "chromium-profile")
     try:
         yield driver
     finally:
         driver.quit()
-
-
-def _offline(driver) -> None:
-    """No network for the page (file:// and the test's own 127.0.0.1 server excepted)."""
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*"]})
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A Jupyter server (lab or plain) on 127.0.0.1, started in ``folder``, stopped on exit."""
-
-    def __init__(self, app: str, folder: pathlib.Path, log: pathlib.Path):
-        self.port, self.token = _free_port(), os.urandom(12).hex()
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        cmd = [
-            str(BIN / "jupyter"),
-            app,
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={self.port}",
-            f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={folder}",
-            "--ServerApp.open_browser=False",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ]
-        if app != "lab":
-            cmd = cmd[:-2]
-        if os.geteuid() == 0:  # CI runs as root
-            cmd.append("--allow-root")
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(
-            cmd, cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-
-    def url(self, path: str) -> str:
-        sep = "&" if "?" in path else "?"
-        return f"http://127.0.0.1:{self.port}{path}{sep}token={self.token}"
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "the Jupyter server exited; see its log"
-            try:
-                with urllib.request.urlopen(self.url("/api/status"), timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)  # polling interval of an explicit wait, not a fixed delay
-        raise TimeoutError("the Jupyter server did not answer")
-
-    def kernels_idle(self) -> bool:
-        """Every kernel of the server has started and is idle (the server's own REST API)."""
-        with urllib.request.urlopen(self.url("/api/kernels"), timeout=5) as r:
-            states = [k["execution_state"] for k in json.load(r)]
-        return bool(states) and all(s == "idle" for s in states)
-
-    def __enter__(self):
-        self.wait_ready()
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 # --------------------------------------------------------------------------- the reading HTML
@@ -171,7 +74,9 @@ return out;
 
 
 def test_reading_html_typesets_every_formula_offline(browser, tmp_path):
-    from test_html import exporter  # the exporter configured exactly as the Makefile's html target
+    from html_support import (
+        exporter,  # the exporter configured exactly as the Makefile's html target
+    )
 
     exp = exporter()
     exp.mathjax_url = MATHJAX_URL

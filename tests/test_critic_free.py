@@ -13,6 +13,8 @@ from mlbook_tools.config import layout
 
 from mlbook.posttrain.toy_lm import TinyCritic, ToyLMConfig, make_prompts
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 
 def _groups(seed=0, n_groups=5, k=4):
     g = torch.Generator().manual_seed(seed)

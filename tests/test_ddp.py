@@ -10,6 +10,8 @@ import pytest
 import torch
 from mlbook_solutions import ddp
 
+pytestmark = pytest.mark.slow
+
 SEED, BATCH, EPOCHS = 0, 8, 3
 
 

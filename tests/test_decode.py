@@ -1,6 +1,10 @@
 """decode shows every sampled token, special ones included, and hides only the padding after <|end|>."""
 
+import pytest
+
 from mlbook.posttrain.toy_lm import decode, encode
+
+pytestmark = pytest.mark.unit
 
 
 def test_pads_inside_a_response_are_shown():

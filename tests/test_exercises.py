@@ -34,6 +34,8 @@ from mlbook.posttrain.toy_lm import (
     token_log_probs,
 )
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 NB = "rlhf_ppo.ipynb"
 
 

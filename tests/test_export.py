@@ -1,21 +1,21 @@
 """Both CSV exports (nbgrader export with the course's plugin, WideCsvExport) never hand a spreadsheet
 a formula: not at the start of a cell, and not after any separator a spreadsheet may split on.
 
-The plugins run in-process on a small gradebook (nbgrader's API; creating it runs nbgrader's
-``alembic``, hence the ``nbgrader`` kind); each exported cell is then split as a spreadsheet in each
+The plugins run in-process on a small gradebook (nbgrader's API, made in-process:
+tests/gradebook_support.py); each exported cell is then split as a spreadsheet in each
 locale would split it, quotes honoured or not.
 """
 
 import csv
 import json
-import os
-import pathlib
 import re
-import sys
 
+import gradebook_support
 import pytest
 from mlbook_tools.export import WideCsvExport, csv_cell
 from mlbook_tools.plugins import CoreExtraCsvExport
+
+pytestmark = pytest.mark.unit
 
 NB = "rlhf_ppo"
 SEPARATORS = [",", ";", "\t", "|", "\r", "\n"]
@@ -61,8 +61,7 @@ def course(tmp_path, monkeypatch):
     """A gradebook with hostile student ids, a misnamed file and an unreadable file's error text."""
     from nbgrader.api import Gradebook
 
-    bindir = pathlib.Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")  # alembic
+    gradebook_support.in_process(monkeypatch)  # no alembic subprocess
     state = tmp_path / ".mlbook_grading" / NB
     state.mkdir(parents=True)
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
@@ -85,7 +84,6 @@ def course(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.nbgrader
 @pytest.mark.parametrize("plugin", [CoreExtraCsvExport, WideCsvExport])
 def test_exports_hand_no_spreadsheet_a_formula(course, plugin):
     from nbgrader.api import Gradebook

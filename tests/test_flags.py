@@ -12,6 +12,8 @@ from mlbook_tools.feedback import CoreExtraSummary
 
 NB = "rlhf_ppo"
 
+pytestmark = pytest.mark.unit
+
 
 def _result(error=None, **extra) -> dict:
     grades = {
@@ -137,23 +139,18 @@ def test_written_extra_max_of_the_course():
 def test_grade_report_of_an_unreadable_file_names_it_once_and_awaits_nothing(tmp_path, capsys):
     """`mlbook grade` on a missing file named its path three times; on an unreadable one it said
     "awaiting manual grading: 5 answers" for answers nobody will read."""
-    import subprocess
-    import sys
-
-    from mlbook_tools.cli import print_report
+    from mlbook_tools.cli import main, print_report
     from mlbook_tools.config import layout
     from mlbook_tools.errors import CannotGrade
     from mlbook_tools.grading import refused_result
 
     missing = tmp_path / "nowhere.ipynb"
-    run = subprocess.run(
-        [sys.executable, "-m", "mlbook_tools.cli", "grade", str(missing)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 1 and run.stderr.count(str(missing)) == 1, run.stderr
-    assert "No such file or directory" in run.stderr
+    code = main(
+        ["grade", str(missing)]
+    )  # the command in-process: nothing to grade, nothing started
+    err = capsys.readouterr().err
+    assert code == 1 and err.count(str(missing)) == 1, err
+    assert "No such file or directory" in err
     source = nbformat.read(layout().course / "source" / NB / f"{NB}.ipynb", as_version=4)
     print_report(refused_result(source, CannotGrade("the file is not a readable notebook (x)")))
     said = capsys.readouterr().out

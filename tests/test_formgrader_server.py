@@ -15,27 +15,24 @@ Attack kinds, each an entry of ``ATTACKS`` (requested as the instructor, with th
 
 After all of them: no proof file written by student code, the gradebook byte-for-byte the same,
 formgrader still shows the course. The server tests start a Jupyter server (``nbgrader`` kind); the
-browser one (Debian's Chromium, as tests/test_xss.py) runs in ``make test-full``.
+browser one (Debian's Chromium, as tests/test_xss.py) runs in ``make test-full``. The guard's routes,
+the policy headers and grade-class's list of extra files are unit tests (test_formgrader_guard.py).
 """
 
 import hashlib
 import json
-import os
 import pathlib
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 
 import nbformat
 import pytest
+from browser_support import BIN, chrome, have_chromium
+from browser_support import Server as BaseServer
 from mlbook_tools.config import layout
 
-BIN = pathlib.Path(sys.executable).parent
+pytestmark = pytest.mark.nbgrader
+
 ASSIGNMENT = "rlhf_ppo"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 HTML = '<html><body><p id="d">derivation</p><script src="x.js"></script></body></html>'
 UP = (
     "..%2F" * 4
@@ -63,71 +60,9 @@ def _sha(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-class Server:
-    """``jupyter server`` (formgrader loads as its extension) in ``folder`` on 127.0.0.1, with a token."""
-
-    def __init__(self, folder: pathlib.Path, log: pathlib.Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.token = os.urandom(12).hex()
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        cmd = [
-            str(BIN / "jupyter"),
-            "server",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={self.port}",
-            f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={folder}",
-            "--log-level=DEBUG",  # every request in the log (a 200 is logged at debug level)
-        ] + (["--allow-root"] if os.geteuid() == 0 else [])
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(
-            cmd, cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-
-    def requests(self) -> list[str]:
-        """The requests the server logged so far (every one: it runs with --log-level=DEBUG)."""
-        self.log.flush()
-        text = pathlib.Path(self.log.name).read_text(errors="replace")
-        return [line for line in text.splitlines() if " GET " in line or " POST " in line]
-
-    def url(self, path: str, token: bool = True) -> str:
-        sep = "&" if "?" in path else "?"
-        return f"http://127.0.0.1:{self.port}{path}" + (f"{sep}token={self.token}" if token else "")
-
-    def get(self, path: str):
-        """(status, headers, body) of a GET as the instructor; a redirect is answered, not followed."""
-
-        class NoRedirect(urllib.request.HTTPRedirectHandler):
-            def redirect_request(self, *args):
-                return None
-
-        try:
-            with urllib.request.build_opener(NoRedirect).open(self.url(path), timeout=60) as r:
-                return r.status, r.headers, r.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.headers, err.read()
-
-    def __enter__(self):
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "the Jupyter server exited; see its log"
-            try:
-                with urllib.request.urlopen(self.url("/api/status"), timeout=5):
-                    return self
-            except OSError:
-                time.sleep(0.5)  # polling interval of an explicit wait
-        raise TimeoutError("the Jupyter server did not answer")
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+def Server(folder: pathlib.Path, log: pathlib.Path) -> BaseServer:
+    """``jupyter server`` (formgrader loads as its extension) in ``folder``, every request logged."""
+    return BaseServer("server", folder, log, debug=True)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +115,6 @@ def course(tmp_path_factory):
     return course, proof, shared, ids
 
 
-@pytest.mark.nbgrader
 def test_formgrader_serves_no_submission_file_and_no_get_reconfigures(course, tmp_path):
     course, proof, shared, ids = course
     before = _sha(course / "gradebook.db")
@@ -225,23 +159,14 @@ def test_formgrader_serves_no_submission_file_and_no_get_reconfigures(course, tm
 def test_instructor_opens_and_clicks_a_hostile_submission(course, tmp_path):
     """Opening mallory's page (images at /logout and /formgrader?path=...) and clicking her link to
     figs/derivation.html: the instructor stays logged in, no script of hers runs, nothing is written."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+    if not have_chromium():
         pytest.skip("chromium / chromium-driver not installed (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    from test_browser import FLAGS
-
     course, proof, _, ids = course
     before = _sha(course / "gradebook.db")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chrome(tmp_path / "profile")
     try:
         wait = WebDriverWait(driver, 120, poll_frequency=0.3)
         with Server(course, tmp_path / "server.log") as server:
@@ -281,124 +206,3 @@ def test_instructor_opens_and_clicks_a_hostile_submission(course, tmp_path):
 
 
 # ------------------------------------------------------------------- no server: the pieces alone
-
-
-def test_guard_replaces_formgrader_routes_whichever_loads_first(monkeypatch):
-    """formgrader_guard.harden before formgrader registers its routes (the course config is read
-    first) and after (a server extension loaded later): the route is mlbook's either way."""
-    from mlbook_tools import formgrader_guard as guard
-    from nbgrader.server_extensions.formgrader import handlers as fg
-    from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
-    from tornado.web import Application
-
-    back = {new: old for old, new in guard.REPLACE.items()}
-    nbgraders = [(s[0], back.get(s[1], s[1]), *s[2:]) for s in fg.default_handlers]
-
-    def handler_of(app, path):
-        request = HTTPServerRequest(
-            start_line=RequestStartLine("GET", path, "HTTP/1.1"),
-            headers=HTTPHeaders({"Host": "127.0.0.1"}),
-        )
-        return app.find_handler(request).handler_class
-
-    for harden_first in (True, False):
-        monkeypatch.setattr(fg, "default_handlers", list(nbgraders))
-        app = Application([])
-        if harden_first:
-            guard.harden(app)
-        app.add_handlers(".*$", fg.default_handlers)  # as FormgradeExtension.init_handlers
-        if not harden_first:
-            assert handler_of(app, "/formgrader/submissions/a/b.html") is fg.SubmissionFilesHandler
-            guard.harden(app)
-        assert handler_of(app, "/formgrader") is guard.CourseRootOnly
-        assert handler_of(app, "/formgrader/submissions/a/figs/b.html") is guard.NoSubmissionFiles
-        assert (
-            handler_of(app, "/formgrader/submissions/a/") is fg.SubmissionHandler
-        )  # the page stays
-
-
-def test_policy_fetches_no_student_address_and_sandboxes_every_submission_file():
-    from mlbook_tools import csp
-    from tornado.httputil import HTTPHeaders
-
-    csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/"}, set()
-
-    def headers(path, kind="text/html"):
-        h = HTTPHeaders({"Content-Type": kind})
-        csp.CspTransform(type("Request", (), {"path": path})).transform_first_chunk(
-            200, h, b"", True
-        )
-        return h
-
-    page = headers("/formgrader/submissions/abc/").get_list("Content-Security-Policy")[-1]
-    assert "img-src data:;" in page and "connect-src 'self';" in page and "ws:" not in page, page
-    lab = headers("/lab/tree/x.ipynb").get_list("Content-Security-Policy")[-1]
-    assert "img-src 'self' data: blob:" in lab  # JupyterLab's own pages show the server's files
-    for path in (
-        "/formgrader/submissions/abc/figs/derivation.html",
-        "/formgrader/submissions/abc/derivation",
-        f"/formgrader/submissions/abc/x/{UP}submitted%2Fm%2Fa%2Ffigs%2Fd.html",
-        "/files/course/submitted/m/a/figs/d.html",
-        "/files/%73ubmitted/m/a/d.html",
-        "/files/autograded/m/a/d.html",
-    ):
-        h = headers(path)
-        assert h.get_list("Content-Security-Policy")[-1] == csp.SANDBOX, path
-        assert h["X-Content-Type-Options"] == "nosniff", path
-        if path.startswith("/files/"):
-            assert h["Content-Disposition"] == "attachment", path
-    assert "Content-Disposition" not in headers("/files/notes/mine.html")  # the instructor's own
-    assert "img-src data:;" in csp.SANDBOX
-
-
-def test_one_policy_header_so_formgrader_opens_inside_the_hubs_jupyterlab():
-    """A JupyterHub single-user server sends its own policy (frame-ancestors 'none'); two headers
-    are two policies and the stricter blanks formgrader's tab in JupyterLab (Nbgrader > Formgrader)."""
-    from mlbook_tools import csp
-    from tornado.httputil import HTTPHeaders
-
-    csp.CspTransform.settings, csp.CspTransform.trusted = {"base_url": "/user/t/"}, set()
-    h = HTTPHeaders({"Content-Type": "text/html"})
-    h.add(
-        "Content-Security-Policy",
-        "frame-ancestors 'none'; report-uri /user/t/api/security/csp-report",
-    )
-    csp.CspTransform(type("Request", (), {"path": "/user/t/formgrader"})).transform_first_chunk(
-        200, h, b"", True
-    )
-    (one,) = h.get_list("Content-Security-Policy")
-    assert "frame-ancestors 'self'" in one and "'none'" not in one.split("frame-ancestors")[1], one
-    assert "report-uri /user/t/api/security/csp-report" in one and "img-src data:;" in one, one
-
-
-def test_grade_class_names_a_submissions_extra_files(tmp_path):
-    import io
-
-    from mlbook_tools.classgrade import report_extra_files
-
-    for student, files in {
-        "alice": [f"{ASSIGNMENT}.ipynb", "timestamp.txt", "submission_secret.txt"],
-        "mallory": [
-            f"{ASSIGNMENT}.ipynb",
-            "figs/derivation.html",
-            "figs/x.js",
-            "nbgrader_config.py",
-        ],
-        "eve\x1b[2J": [f"{ASSIGNMENT}.ipynb", "a\nb.txt"] + [f"many/{i:03d}" for i in range(30)],
-    }.items():
-        for name in files:
-            path = tmp_path / "submitted" / student / ASSIGNMENT / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("x")
-    outside = tmp_path / "outside"
-    (outside / "deep").mkdir(parents=True)
-    (tmp_path / "submitted" / "mallory" / ASSIGNMENT / "link").symlink_to(outside)
-    out = io.StringIO()
-    found = report_extra_files(tmp_path, ASSIGNMENT, out)
-    assert found["mallory"] == ["figs/derivation.html", "figs/x.js", "link", "nbgrader_config.py"]
-    assert "alice" not in found and len(found["eve\x1b[2J"]) == 20
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and "\x1b" not in out.getvalue(), lines
-    assert lines[0].startswith("eve") and lines[0].endswith("and 11 more"), lines[0]
-    assert "EXTRA FILES" in lines[1] and "figs/derivation.html" in lines[1], lines[1]
-    assert not (tmp_path / "autograded").exists()  # named only: copied nowhere

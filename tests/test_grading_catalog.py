@@ -10,6 +10,8 @@ import ppo_checks
 import pytest
 from mlbook_solutions import ppo_lm
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 
 def run_check(test: str, ns: dict) -> None:
     """The registry's check of ``test`` on the names it needs, taken from ``ns`` (a notebook namespace)."""
@@ -90,3 +92,22 @@ def test_always_equal_object_does_not_pass():
     ns["AlwaysEqual"] = AlwaysEqual
     with pytest.raises(AssertionError):
         run_check(cat.SHAPED, ns)
+
+
+def test_ex5_check_enforces_one_off_the_response():
+    """An importance_ratios that forgets the mask fails the graded check (it got 1/1 before)."""
+    import ppo_checks
+    import torch
+    from mlbook_solutions.exercises import importance_ratios
+
+    from mlbook.posttrain.toy_lm import token_log_probs
+
+    def unmasked(policy, sampler, tokens, response_mask):
+        with torch.no_grad():
+            return torch.exp(
+                token_log_probs(policy(tokens), tokens) - token_log_probs(sampler(tokens), tokens)
+            )
+
+    ppo_checks.check_ex5_importance_ratios(importance_ratios)
+    with pytest.raises(AssertionError, match="1 off the response"):
+        ppo_checks.check_ex5_importance_ratios(unmasked)

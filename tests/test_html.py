@@ -11,41 +11,16 @@ import re
 import nbformat
 import pytest
 from bs4 import BeautifulSoup
+from html_support import exporter, html_target, makefile_html_option
 from mlbook_tools.build import HIDDEN_TESTS_TAG
 from mlbook_tools.config import layout
-from nbconvert import HTMLExporter
 from ppo_checks import CHECKS
-from traitlets.config import Config
+
+pytestmark = pytest.mark.unit
 
 ROOT = layout().root
 SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
 TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-
-
-def _html_target() -> str:
-    text = (ROOT / "Makefile").read_text()
-    return text[text.index("\nhtml:") : text.index("\nchapter:")]
-
-
-def makefile_html_option() -> str:
-    """The tag-removal option the Makefile's html target passes to nbconvert."""
-    m = re.search(r"--TagRemovePreprocessor\.remove_cell_tags='(\{[^}]*\})'", _html_target())
-    assert m, "the Makefile's html target must remove the hidden-test cells"
-    return m.group(1)
-
-
-def exporter() -> HTMLExporter:
-    """nbconvert's HTML exporter configured as the Makefile's html target configures it."""
-    target = _html_target()
-    config = Config()
-    config.TagRemovePreprocessor.remove_cell_tags = set(
-        eval(makefile_html_option())
-    )  # a set literal of tag names
-    config.TemplateExporter.extra_template_basedirs = [
-        str(ROOT / re.search(r"--TemplateExporter\.extra_template_basedirs=(\S+)", target).group(1))
-    ]
-    config.HTMLExporter.template_name = re.search(r"--template (\S+)", target).group(1)
-    return HTMLExporter(config=config)
 
 
 def render(path: pathlib.Path) -> BeautifulSoup:
@@ -113,7 +88,7 @@ def test_download_link():
     soup = BeautifulSoup(html, "html.parser")
     link = soup.select_one("p.mlbook-download a[download]")
     assert link is not None and link["href"] == "executed/rlhf_ppo.ipynb"
-    assert "executed" in _html_target() and "--output-dir $(OUT)/executed" in _html_target()
+    assert "executed" in html_target() and "--output-dir $(OUT)/executed" in html_target()
 
 
 def test_long_helpers_are_collapsed(page):
@@ -216,3 +191,42 @@ def test_rendered_figures_carry_their_alt_text(caplog):
     imgs = BeautifulSoup(html, "html.parser").select(".jp-OutputArea-output img")
     assert [img.get("alt") for img in imgs] == [alt]
     assert "Alternative text is missing" not in caplog.text
+
+
+def test_the_page_title_is_the_chapter_title(page):
+    path, soup = page
+    nb = nbformat.read(path, as_version=4)
+    heading = next(
+        line[2:].strip()
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if line.startswith("# ")
+    )
+    assert soup.title.get_text(strip=True) == heading != path.stem
+
+
+# What only the grader needs: a reader of the chapter never sees it
+GRADER_PLUMBING = (
+    "Demonstration only",
+    "autograder skips",
+    "AUTOGRADING else",
+    "NBGRADER_EXECUTION",
+)
+
+
+def test_no_grader_plumbing_in_the_reading_form(page):
+    path, soup = page
+    code = "\n".join(pre.get_text() for pre in soup.select(".jp-InputArea pre, .jp-InputArea code"))
+    shown = [p for p in GRADER_PLUMBING if p in code]
+    assert not shown, f"{path.name}: the reading form shows {shown}"
+    nb = nbformat.read(path, as_version=4)
+    demos = [c for c in nb.cells if "demo" in c.metadata.get("tags", [])]
+    assert path.stem != "rlhf_ppo" or demos, "the chapter's demonstration cells carry the demo tag"
+
+
+def test_tables_are_not_assembled_from_markdown_text_in_the_training_cells():
+    """The chapter's training section shows what its tables hold (``show_table``), not the Markdown
+    text that makes them."""
+    text = (ROOT / "solutions/chapter/rlhf_ppo/30_implementation.py").read_text()
+    assert '"|---' not in text and "show_table(" in text

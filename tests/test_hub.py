@@ -34,27 +34,27 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
 import nbformat
 import pytest
+from browser_support import BIN, chrome, have_chromium
 from mlbook_tools import hub as H
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores
 
-pytestmark = pytest.mark.full  # a hub, its proxy and a browser: minutes; make test-full (CI)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.full,
+]  # a hub, its proxy and a browser: minutes; make test-full (CI)
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-BIN = pathlib.Path(sys.executable).parent
 NB = "rlhf_ppo"
 TEACH, ALICE, BOB = "mlbteach", "mlbalice", "mlbbob"
 WRITTEN = "ex5_why_sampler_logp"
 
-_missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-_why = ("needs chromium + chromium-driver" if _missing else "") or (
+_why = ("needs chromium + chromium-driver" if not have_chromium() else "") or (
     "needs root (system users, the hub's spawner)" if os.geteuid() != 0 else ""
 )
 if _why:
@@ -62,25 +62,9 @@ if _why:
         raise RuntimeError(f"CI: the hub test {_why}")
     pytest.skip(_why, allow_module_level=True)
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,1000",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
 
 
 def _free_port() -> int:
@@ -166,11 +150,7 @@ def hub():
 @pytest.fixture(scope="module")
 def browser(request):
     profile = tempfile.mkdtemp(prefix="mlbook-hub-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chrome(pathlib.Path(profile))
     try:
         yield driver
     finally:
@@ -385,7 +365,6 @@ def numbers(text: str) -> dict:
 # -------------------------------------------------------------------------------------- the loop
 
 
-@pytest.mark.browser
 def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     course, base = hub["course"], f"http://127.0.0.1:{hub['port']}"
     # --- the instructor releases from formgrader

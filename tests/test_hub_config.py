@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
 from mlbook_tools import hub
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_hub_terminal_is_not_a_login_shell_that_resets_path(tmp_path):

@@ -18,9 +18,12 @@ import subprocess
 import sys
 
 import pytest
+from browser_support import chrome, have_chromium
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
 from mlbook_tools.plugins import STANDARD_COLUMNS
+
+pytestmark = [pytest.mark.nbgrader, pytest.mark.sandbox, pytest.mark.browser]
 
 ROOT = layout().root
 NB = "rlhf_ppo"
@@ -172,22 +175,9 @@ def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
     prose = re.sub(r"<(pre|code|script|style)\b.*?</\1>|<[^>]+>", "", page, flags=re.S)
     assert "$" not in prose, prose[prose.find("$") - 80 : prose.find("$") + 80]
     assert page.count("<math") > 300
-    if not (os.path.exists("/usr/bin/chromium") and os.path.exists("/usr/bin/chromedriver")):
+    if not have_chromium():
         pytest.skip("no chromium here: the page's text was checked, not its drawing")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = chrome(tmp_path / "profile")
     try:
         driver.get(alone.as_uri())
         # A file:// page of almost 1 MB can still be parsing when get() returns: wait for the whole document.

@@ -17,6 +17,8 @@ from mlbook.posttrain.toy_lm import (
     token_log_probs,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def peaked_model(seed: int = 0, **cfg) -> TinyCausalLM:
     """A far-from-uniform toy LM, so that samples differ from row to row and <|end|> is likely somewhere."""

@@ -12,6 +12,8 @@ from mlbook_tools.grading import course_limits
 from mlbook_tools.limits import DEFAULT, GradingLimits, UnknownLimit
 from mlbook_tools.plugins import SandboxedExecute
 
+pytestmark = pytest.mark.unit
+
 
 def test_limits_are_frozen_and_replace_refuses_unknown_names():
     with pytest.raises(dataclasses.FrozenInstanceError):

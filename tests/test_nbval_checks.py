@@ -4,6 +4,7 @@
 compared, after tests/nbval_sanitize.cfg) and over the student release (cells tagged
 raises-exception may raise). These tests show that those checks can fail, and check what nbval
 itself cannot: that a release cell raises only NotImplementedError from an unwritten answer.
+What the build stores for nbval, read without a kernel, is test_build.py's (unit).
 """
 
 import ast
@@ -12,64 +13,14 @@ import subprocess
 import sys
 
 import nbformat
-from mlbook_tools.build import CHECK_OUTPUT, NOT_RECORDED, RAISES, reuse_outputs
-from mlbook_tools.config import layout
+import pytest
+from mlbook_tools.build import RAISES
 from nbclient import NotebookClient
+from nbval_support import RELEASE, ROOT, SANITIZE
+from nbval_support import checked as _checked
+from nbval_support import code_cells as _code
 
-ROOT = layout().root
-SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
-SOLVED = sorted((ROOT / "solutions" / "notebooks").glob("*.ipynb"))
-RELEASE = ROOT / "chapters" / "rlhf_ppo.ipynb"
-
-
-def _code(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def _checked(cell):
-    return CHECK_OUTPUT in cell.metadata.get("tags", [])
-
-
-def _stored_text(cell):
-    return "".join(
-        o.get("text", "") + "".join(o.get("data", {}).values())
-        for o in cell.outputs
-        if o.output_type != "error"
-    )
-
-
-def test_checked_cells_hold_their_outputs_and_nothing_else_does():
-    for path in SOLVED:
-        cells = _code(nbformat.read(path, as_version=4))
-        checked = [c for c in cells if _checked(c)]
-        assert checked, f"{path.name}: no output-checked cell"
-        for c in cells:
-            if _checked(c):
-                assert c.execution_count is not None, (
-                    f"{path.name}:{c.id} is checked but was never recorded"
-                )
-                assert NOT_RECORDED not in _stored_text(c), (
-                    f"{path.name}:{c.id}: run `mlbook build`"
-                )
-            else:
-                assert c.execution_count is None and not c.outputs, (
-                    f"{path.name}:{c.id} stores an unchecked output"
-                )
-
-
-def test_nbgrader_keeps_the_tags_in_the_release():
-    source = nbformat.read(
-        ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb", as_version=4
-    )
-    release = {c.id: c for c in nbformat.read(RELEASE, as_version=4).cells}
-    tagged = [c for c in source.cells if c.metadata.get("tags")]
-    assert any(RAISES in c.metadata["tags"] for c in tagged) and any(
-        CHECK_OUTPUT in c.metadata["tags"] for c in tagged
-    )
-    for cell in tagged:
-        assert release[cell.id].metadata.get("tags") == cell.metadata["tags"], (
-            f"{cell.id}: tags lost in the release"
-        )
+pytestmark = pytest.mark.nbgrader
 
 
 def _nbval(*targets, cwd):
@@ -117,53 +68,6 @@ def test_nbval_fails_on_a_perturbed_checked_number(tmp_path):
     assert f"1 failed, {table} passed" in report, report
     assert f"Cell {table}: Cell outputs differ" in report, report
     assert old in report and new in report, report
-
-
-def _rules():
-    return re.findall(r"^regex: (.*)$\n^replace: (.*)$", SANITIZE.read_text(), flags=re.MULTILINE)
-
-
-def test_every_sanitizer_rule_masked_a_stored_output():
-    """No dead rule: each one has masked part of a recorded line (the build stores outputs sanitized)
-    and would match that line again with a number in place of each mask; the rest of the line stays."""
-    stored = [
-        _stored_text(c)
-        for path in SOLVED
-        for c in _code(nbformat.read(path, as_version=4))
-        if _checked(c)
-    ]
-    lines = [line for text in stored for line in text.splitlines()]
-    assert _rules()
-    for regex, _ in _rules():
-        assert not any(re.search(regex, line) for line in lines), (
-            f"{regex!r}: a stored output was not sanitized"
-        )
-        masked = [line for line in lines if re.search(regex, re.sub(r"<[a-z]+>", "1", line))]
-        assert masked, f"sanitizer rule {regex!r} masked no stored output"
-        assert all(len(re.sub(r"<[a-z]+>", "", line)) > 20 for line in masked), masked
-
-
-def test_check_mode_reports_a_checked_cell_without_stored_output(tmp_path):
-    """`mlbook build --check` does not execute: a checked cell with no recorded output must differ."""
-    cell = nbformat.v4.new_code_cell("print(6 * 7)", metadata={"tags": [CHECK_OUTPUT]}, id="c1")
-    nb = nbformat.v4.new_notebook(cells=[cell])
-    stored = tmp_path / "nb.ipynb"
-    nbformat.write(nb, stored)  # never executed: no outputs, no execution count
-    assert reuse_outputs(nb, stored).cells[0].outputs[0].text == NOT_RECORDED
-    cell.outputs, cell.execution_count = (
-        [nbformat.v4.new_output("stream", name="stdout", text="42\n")],
-        7,
-    )
-    nbformat.write(nb, stored)
-    fresh = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell("print(6 * 7)", metadata=cell.metadata, id="c1")]
-    )
-    reused = reuse_outputs(fresh, stored).cells[0]
-    assert reused.outputs[0].text == "42\n" and reused.execution_count == 1
-    fresh.cells[
-        0
-    ].source = "print(6 * 8)"  # edited source: the stored output no longer belongs to it
-    assert reuse_outputs(fresh, stored).cells[0].outputs[0].text == NOT_RECORDED
 
 
 def _assigned(source):

@@ -1,6 +1,7 @@
 """The notebook-order rule (notebook_order.py): where a student's added cell belongs among the
 course's cells, on small fixture notebooks built with nbformat (nbgrader's style). The plan (what
-runs) and the autograded notebook (what people read) both follow it: a unit test, no sandbox."""
+runs) and the autograded notebook (what people read) both follow it: a unit test, no sandbox
+(test_notebook_order_sandbox.py grades the same small notebooks in the sandbox)."""
 
 from __future__ import annotations
 
@@ -9,36 +10,14 @@ import pytest
 from mlbook_tools import driver, feedback
 from mlbook_tools.notebook_order import TOP, grade_id, merged, place
 from mlbook_tools.result import GradingResult
+from notebook_support import cell as _cell
+from notebook_support import source as _source
+from notebook_support import split_student as _split_student
+from notebook_support import written_source as _written_source
+
+pytestmark = pytest.mark.unit
 
 v4 = nbformat.v4
-
-
-def _cell(kind: str, source: str, gid: str | None = None, **flags):
-    cell = v4.new_code_cell(source) if kind == "code" else v4.new_markdown_cell(source)
-    if gid is not None:
-        cell.metadata["nbgrader"] = {
-            "grade_id": gid,
-            "schema_version": 3,
-            "locked": not flags.get("solution"),
-            "grade": False,
-            "solution": False,
-            "task": False,
-            **flags,
-        }
-    return cell
-
-
-def _source():
-    """intro (read-only), an answer cell, its test, a read-only helper, a second answer."""
-    return v4.new_notebook(
-        cells=[
-            _cell("markdown", "# Intro", "intro"),
-            _cell("code", "def f(x):\n    raise NotImplementedError", "answer_f", solution=True),
-            _cell("code", "assert f(1) == 2", "test_f", grade=True, points=1),
-            _cell("code", "HELPER = 3", "helper"),
-            _cell("code", "def g(x):\n    raise NotImplementedError", "answer_g", solution=True),
-        ]
-    )
 
 
 def _student():
@@ -148,37 +127,6 @@ def test_the_plan_and_the_autograded_notebook_follow_the_same_order():
 # ---------------------------------------------------------------- issue 31: whole answers
 
 
-def _written_source():
-    """_source() plus a written (markdown, manually graded) answer below answer_g."""
-    src = _source()
-    src.cells.append(_cell("markdown", "YOUR ANSWER HERE", "why", solution=True, grade=True))
-    return src
-
-
-def _split(cell, first: str, second: str):
-    """JupyterLab's Ctrl+Shift+-: two cells, each with a copy of the cell's metadata, new ids."""
-    a, b = nbformat.from_dict(dict(cell)), nbformat.from_dict(dict(cell))
-    a.metadata = nbformat.from_dict(dict(cell.metadata))
-    b.metadata = nbformat.from_dict(dict(cell.metadata))
-    a.source, b.source = first, second
-    a["id"], b["id"] = f"{grade_id(cell)}-1", f"{grade_id(cell)}-2"
-    return [a, b]
-
-
-def _split_student():
-    src = _written_source()
-    c = src.cells
-    cells = [
-        c[0],
-        *_split(c[1], "def _twice(x):\n    return 2 * x", "def f(x):\n    return _twice(x)"),
-        c[2],
-        c[3],
-        c[4],
-        *_split(c[5], "First half of my answer.", "Second half, with $x^2$."),
-    ]
-    return v4.new_notebook(cells=cells)
-
-
 def test_a_split_answer_cell_keeps_both_halves_in_order():
     """Ctrl+Shift+- in JupyterLab copies the metadata into both halves: the second is the student's
     cell below the first (it runs), not a duplicate; a duplicated test cell still is one."""
@@ -252,40 +200,3 @@ def test_each_test_knows_where_it_stands_in_the_plan():
     ran = [cid for cid, _, _ in plan.cells]
     (test,) = plan.tests
     assert test.grade_id == "test_f" and ran[: test.at] == ["top+1", "answer_f", "answer_f+1"]
-
-
-def _grade(source, student) -> dict:
-    """``student`` graded by the sandboxed engine with one check: f(1) == 2 at test_f."""
-    import types
-
-    def check_f(f, seed):
-        assert f(1) == 2, f"f(1) is {f(1)}"
-
-    checks = types.SimpleNamespace(
-        CHECKS={"test_f": types.SimpleNamespace(fn=check_f, names=["f"], extra=False)}
-    )
-    plan = driver.make_plan(source, nbformat.writes(student))
-    out = driver.grade_plan(plan, checks, b"secret", "student", limits=driver.DEFAULT_LIMITS)
-    return {v.grade_id: (v.score, v.message) for v in out["verdicts"]}
-
-
-@pytest.mark.sandbox
-def test_a_split_answer_keeps_its_points_in_the_sandbox():
-    assert _grade(_written_source(), _split_student()) == {"test_f": (1.0, "passed")}
-
-
-@pytest.mark.sandbox
-def test_a_test_sees_the_answer_as_it_stood_there_not_a_later_rebinding():
-    """nbgrader runs a hidden test where it stands: an experiment below that rebinds f changes nothing;
-    a name defined only below the test is still found (its final binding)."""
-    source = _source()
-    c = source.cells
-    right = _cell("code", "def f(x):\n    return 2 * x", "answer_f", solution=True)
-    later = _cell("code", "def f(x):  # an experiment\n    return 0")
-    student = v4.new_notebook(cells=[c[0], right, c[2], later, *c[3:]])
-    assert _grade(source, student) == {"test_f": (1.0, "passed")}
-    wrong = _cell("code", "def f(x):\n    return 0", "answer_f", solution=True)
-    fixed_below = _cell("code", "def f(x):\n    return 2 * x")
-    student = v4.new_notebook(cells=[c[0], wrong, c[2], fixed_below, *c[3:]])
-    score, message = _grade(source, student)["test_f"]
-    assert score == 0.0 and message.startswith("f(1) is 0"), message  # as nbgrader: wrong there

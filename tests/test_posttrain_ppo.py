@@ -15,6 +15,8 @@ from mlbook_solutions import ppo_lm as sol
 from mlbook.posttrain import masks, toy_lm
 from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, PAD_ID, TinyCausalLM, ToyLMConfig
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 # ----------------------------------------------------------------------------- the six named tests
 
 

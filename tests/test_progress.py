@@ -4,7 +4,7 @@ On a terminal (a pseudo-terminal here) a line per section the kernel reaches; pi
 one line per notebook. Either way it writes what `jupyter nbconvert --to notebook --execute` wrote:
 the executed notebook in --output-dir, run in the notebook's own folder, with the caller's
 environment (TQDM_DISABLE reaches the kernel), and a failing cell stops it with exit 1.
-Last, what `mlbook build` records from its own execution does not depend on the kernel's flushes.
+Its pure parts (the headings, the Makefile's call, what the build records) are test_build.py's (unit).
 """
 
 import os
@@ -16,9 +16,11 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from mlbook_tools.config import layout
-from mlbook_tools.execute import heading
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+pytestmark = pytest.mark.slow  # starts kernels
 
 EXECUTE = [sys.executable, "-m", "mlbook_tools.execute", "--timeout", "60", "--output-dir", "out"]
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -129,80 +131,6 @@ def test_a_failing_cell_stops_with_exit_1(tmp_path):
     assert "error: nbs/tiny.ipynb failed while executing" in run.stderr
     assert "broken on purpose" in run.stderr
     assert not (tmp_path / "out" / "tiny.ipynb").exists()
-
-
-def test_headings():
-    assert heading(new_markdown_cell("Intro\n## 3.2 GAE\nmore")) == "3.2 GAE"
-    assert heading(new_markdown_cell("#### too deep")) is None
-    assert heading(new_markdown_cell("#hashtag, not a heading")) is None
-    assert heading(new_code_cell("# a comment")) is None
-
-
-def test_make_html_executes_through_it():
-    """The Makefile's html target runs this module with what nbconvert had: TQDM_DISABLE, the
-    600 s cell timeout, build/executed, every solved notebook."""
-    text = (layout().root / "Makefile").read_text()
-    target = text[text.index("\nhtml:") : text.index("\nchapter:")].replace("\\\n", " ")
-    assert re.search(
-        r"TQDM_DISABLE=1 \$\(BIN\)/python -m mlbook_tools\.execute --timeout 600\s+"
-        r"--output-dir \$\(OUT\)/executed solutions/notebooks/\*\.ipynb",
-        target,
-    ), target
-    assert "nbconvert --to notebook" not in target
-
-
-def test_recorded_outputs_do_not_depend_on_how_the_kernel_flushed():
-    """Found by following the README: a second `mlbook build` rewrote the solved notebook because one
-    cell's printing arrived as two stream messages instead of one (a flush timing, not a change)."""
-    from mlbook_tools.build import CHECK_OUTPUT, _keep_checked_outputs
-    from nbformat.v4 import new_output
-
-    def recorded(outputs):
-        cell = new_code_cell("print('a'); print('b')", metadata={"tags": [CHECK_OUTPUT]})
-        cell.outputs = outputs
-        nb = new_notebook(cells=[cell])
-        _keep_checked_outputs(nb)
-        return [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs]
-
-    def out(name, text):
-        return new_output("stream", name=name, text=text)
-
-    whole = recorded([out("stdout", "a\nb\n"), out("stderr", "w\n"), out("stdout", "c\n")])
-    split = recorded(
-        [out("stdout", "a\n"), out("stdout", "b\n"), out("stderr", "w\n"), out("stdout", "c\n")]
-    )
-    assert (
-        split
-        == whole
-        == [
-            ("stream", "stdout", "a\nb\n"),
-            ("stream", "stderr", "w\n"),
-            ("stream", "stdout", "c\n"),
-        ]
-    )
-
-
-def test_blank_written_answers_are_not_awaiting_a_person():
-    """Found by following the README: grade-class printed "awaiting manual grading: 5" for a student
-    whose written answers were left blank, while the gradebook and both exports said "graded"."""
-    from mlbook_tools.result import CellGrade, GradingResult
-
-    result = GradingResult(
-        {"test_gae": CellGrade("test_gae", 2.0, 2.0, "")},
-        {"ex1_larger_beta": 1.0, "ex2_telescoping": 1.0},
-        problems=[],
-        blank=["ex1_larger_beta"],
-    )
-    summary = result.to_dict()
-    assert summary["extra_credit"] == {
-        "score": 0,
-        "max_score": 2.0,
-        "awaiting_manual": ["ex2_telescoping"],
-    }
-    assert summary["awaiting_manual"] == [] and summary["max_score"] == 2.0
-    assert result.manual == ["ex2_telescoping"] and summary["blank"] == ["ex1_larger_beta"]
-    again = GradingResult.from_json(result.to_json())  # what a class worker sends back
-    assert again.manual == result.manual and again.extra == result.extra
 
 
 def test_mlbook_build_shows_a_line_per_stage_when_watched():

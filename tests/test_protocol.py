@@ -17,6 +17,8 @@ from mlbook_tools.inside import protocol
 
 from mlbook.posttrain.toy_lm import DemoBatch, TinyCausalLM, ToyLMConfig
 
+pytestmark = pytest.mark.unit
+
 
 def _through_pipe(header, blobs=()):
     import threading

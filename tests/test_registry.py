@@ -13,6 +13,8 @@ from mlbook_tools import build
 from mlbook_tools.config import layout
 from ppo_checks import CHECKS, graded
 
+pytestmark = pytest.mark.unit
+
 ROOT = layout().root
 SOURCE = ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"
 

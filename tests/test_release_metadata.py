@@ -2,8 +2,11 @@
 
 import json
 
+import pytest
 from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
 from mlbook_tools.config import layout
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_released_notebook_names_the_kernel_as_the_kernel_names_itself():

@@ -8,6 +8,8 @@ import json
 import pytest
 from mlbook_tools.result import BadResult, CellGrade, GradingResult, is_extra
 
+pytestmark = pytest.mark.unit
+
 
 def _result() -> GradingResult:
     grades = {
@@ -69,3 +71,26 @@ def test_a_damaged_result_is_refused(damage):
         GradingResult.from_dict(data)
     with pytest.raises(BadResult):
         GradingResult.from_json("not json")
+
+
+def test_blank_written_answers_are_not_awaiting_a_person():
+    """Found by following the README: grade-class printed "awaiting manual grading: 5" for a student
+    whose written answers were left blank, while the gradebook and both exports said "graded"."""
+    from mlbook_tools.result import CellGrade, GradingResult
+
+    result = GradingResult(
+        {"test_gae": CellGrade("test_gae", 2.0, 2.0, "")},
+        {"ex1_larger_beta": 1.0, "ex2_telescoping": 1.0},
+        problems=[],
+        blank=["ex1_larger_beta"],
+    )
+    summary = result.to_dict()
+    assert summary["extra_credit"] == {
+        "score": 0,
+        "max_score": 2.0,
+        "awaiting_manual": ["ex2_telescoping"],
+    }
+    assert summary["awaiting_manual"] == [] and summary["max_score"] == 2.0
+    assert result.manual == ["ex2_telescoping"] and summary["blank"] == ["ex1_larger_beta"]
+    again = GradingResult.from_json(result.to_json())  # what a class worker sends back
+    assert again.manual == result.manual and again.extra == result.extra

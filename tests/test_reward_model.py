@@ -14,6 +14,8 @@ from mlbook_tools.config import layout
 
 from mlbook.posttrain.toy_lm import END_ID, GOOD_ID, PAD_ID, build_models, encode
 
+pytestmark = [pytest.mark.unit, pytest.mark.portable]
+
 # ------------------------------------------------------------------------------ gold and pairs
 
 

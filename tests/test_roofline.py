@@ -17,6 +17,8 @@ from mlbook.posttrain.roofline import (
     update_cost,
 )
 
+pytestmark = pytest.mark.unit
+
 H100 = Machine("H100 SXM", 989e12, 3.35e12)
 LLAMA_7B = Shape(
     n_layers=32, d_model=4096, vocab=32_000, d_ff=11_008, bytes_per_value=2, mlp_matrices=3

@@ -8,6 +8,8 @@ from mlbook_tools.config import layout
 from mlbook.handin import CannotHandIn, read_notebook
 from mlbook.selfcheck import is_extra, summary
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_summary_counts_every_check_and_says_core_and_extra_credit_apart():
     results = {"gae": None, "check of ppo_clip_loss": "AssertionError", "ex4_grad": "ValueError"}

@@ -18,6 +18,8 @@ import ppo_checks
 import pytest
 from mlbook_solutions import ppo_lm
 
+pytestmark = pytest.mark.slow
+
 SEEDS = 20
 EXIT_RUNS = [3, pytest.param(17, marks=pytest.mark.full)]  # 20 in CI, 3 of them in make test
 

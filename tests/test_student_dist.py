@@ -26,6 +26,8 @@ from mlbook_tools.dist import DEV_TOOLS, student_dist, student_lock
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+pytestmark = pytest.mark.slow
+
 NB = "rlhf_ppo.ipynb"
 
 
@@ -155,6 +157,17 @@ def test_dist_holds_only_the_library_and_the_release(dist):
             assert len(found) < max(2, len(region) / 2), (
                 f"{name} contains a solution or hidden test: {found[:3]}"
             )
+
+
+def test_the_dist_notebook_speaks_to_a_course_student(dist):
+    """The course's release (autograde/source), not the self-paced copy in chapters/: no checkout,
+    no `mlbook start`, no grade command; saving, checking and handing in are said for a course."""
+    nb = nbformat.read(dist / NB, as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    for phrase in ("mlbook start", "chapters/", "git clone", "mlbook grade", "checkout"):
+        assert phrase not in text, f"the dist's notebook tells a course student {phrase!r}"
+    for phrase in ("Assignments tab", "to-upload/rlhf_ppo.ipynb", "Check your work", "Ctrl+S"):
+        assert phrase in text, f"the dist's notebook lacks {phrase!r}"
 
 
 def test_release_runs_to_its_first_stub_with_only_the_dist(dist, tmp_path):

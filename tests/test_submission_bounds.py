@@ -2,21 +2,21 @@
 
 The scan sees the JSON's structure as the parser will (strings, escapes, nesting), counts its values,
 refuses what is graded past a bound and leaves out what a notebook stores beside its code past one.
-Fast: no sandbox, no subprocess (but the last test, a fake class worker, in the classrun lane).
+Fast: no sandbox, no subprocess (test_bounds.py has the class worker's backstop, a subprocess).
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import sys
 import time
 
 import nbformat
 import pytest
-from mlbook_tools import bounds, classgrade, driver
+from mlbook_tools import bounds, driver
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT
+
+pytestmark = pytest.mark.unit
 
 ROOT = layout().root
 SOLVED = ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb"
@@ -209,26 +209,6 @@ def test_a_released_and_a_solved_notebook_pass_unchanged():
         assert got.text == raw and not got.notes and got.values < DEFAULT.max_json_values / 10
 
 
-# ------------------------------------------------------------------------------ the class worker's backstop
-
-HANGS = "import sys, time\nsys.stdin.readline()\nsys.stdin.readline()\nprint({started!r}, flush=True)\ntime.sleep(600)\n"
-
-
-@pytest.mark.classrun  # starts a (fake) worker subprocess
-def test_a_worker_past_its_backstop_is_stopped_at_once_and_not_retried(monkeypatch):
-    """Whatever the trusted side does with a submission, its worker answers by backstop + grace."""
-    monkeypatch.setattr(
-        classgrade, "WORKER", [sys.executable, "-c", HANGS.format(started=classgrade.STARTED)]
-    )
-    jobs, done = queue.Queue(), queue.Queue()
-    jobs.put(("mallory", "/nonexistent.ipynb", "fp", 0))
-    t0 = time.monotonic()
-    classgrade._drive({"init": True}, jobs, done, start=30, backstop=3, attempts=2)
-    took = time.monotonic() - t0
-    student, _, got = done.get_nowait()
-    assert student == "mallory" and got["ungraded"], got
-    assert 3 <= took < 3 + 5, took  # one attempt: a retry would double it
-    assert got["problems"] == [
-        "UNGRADED after 1 attempt: its grading did not end by its wall-clock backstop + grace (3 s) and was stopped"
-    ]
-    assert done.empty() and jobs.empty()
+def test_ordinary_notebooks_are_within_every_bound():
+    driver.check_bounds(SOLVED.read_text())
+    driver.check_bounds(SOURCE.read_text())

@@ -32,6 +32,8 @@ from mlbook.posttrain.toy_lm import (  # noqa: E402
     good_count_reward,
 )
 
+pytestmark = pytest.mark.unit
+
 # ------------------------------------------------------------------------------------- memory table
 
 
@@ -199,3 +201,52 @@ def test_precision_mismatch_is_small_and_real():
     policy64 = build_models(0, 4).policy.double()
     same = precision_mismatch(policy64, prompts[:4], 4, engine_dtype=torch.float64)
     assert same["max_abs"] < 1e-6  # same dtype, same numbers: the gap is the precision
+
+
+_EMULATED_MISMATCH = """
+import json, torch
+torch.set_num_threads(1)
+from mlbook.posttrain.systems import precision_mismatch
+from mlbook.posttrain.toy_lm import TinyCausalLM, ToyLMConfig, default_dtype, make_prompts
+with default_dtype(torch.float64):
+    torch.manual_seed(0)
+    model = TinyCausalLM(ToyLMConfig(init_std=0.3))
+prompts = make_prompts(64, torch.Generator().manual_seed(0))
+print(json.dumps({
+    name: precision_mismatch(model, prompts, 8, engine_dtype=dtype,
+                             generator=torch.Generator().manual_seed(0), emulate=True)
+    for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))
+}))
+"""
+
+
+def test_emulated_mismatch_table_is_the_same_on_both_kernel_paths():
+    """§4.2's output-checked mismatch table (the cell's own computation): the same numbers with the
+    CPU's vectorised kernels and with ATEN_CPU_CAPABILITY=default (measured: equal to ~1e-13
+    relative), and the claims the prose makes about them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    runs = []
+    for capability in (None, "default"):
+        env = dict(os.environ)
+        env.pop("ATEN_CPU_CAPABILITY", None)
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        out = subprocess.run(
+            [sys.executable, "-c", _EMULATED_MISMATCH], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    vectorised, portable = runs
+    for name in ("bf16", "fp16"):
+        assert vectorised[name]["tokens"] == portable[name]["tokens"]
+        for key, value in vectorised[name].items():
+            assert value == pytest.approx(portable[name][key], rel=1e-9, abs=1e-12), (name, key)
+    bf16, fp16 = vectorised["bf16"], vectorised["fp16"]
+    assert bf16["outside_band"] == fp16["outside_band"] == 0.0  # "no token comes near the edges"
+    assert bf16["max_abs"] < 0.2  # "far less than the band allows" (log 0.5 = -0.69)
+    assert fp16["mean_abs"] * 3 < bf16["mean_abs"] and fp16["max_abs"] < bf16["max_abs"]
+    assert 0.95 < bf16["seq_ratio_min"] <= bf16["seq_ratio_max"] < 1.05

@@ -4,9 +4,17 @@ Sources (edit these): chapter fragments in ``solutions/chapter/<nb>/NN_*.py`` (f
 ``solutions/chapter/README.md``), the code they include from ``solutions/mlbook_solutions``, and
 the graded checks in ``tests/ppo_checks.py``. Generated (never edit):
 
-    autograde/source/<nb>/<nb>.ipynb   nbgrader source: solutions and hidden tests marked
-    chapters/<nb>.ipynb, <nb>.py       student release, produced by real `nbgrader generate_assignment`
-    solutions/notebooks/<nb>.ipynb     solved notebook: markers removed, hidden tests kept
+    autograde/source/<nb>/<nb>.ipynb   nbgrader source: solutions and hidden tests marked (course text)
+    chapters/<nb>.ipynb, <nb>.py       self-paced release, produced by real `nbgrader generate_assignment`
+    solutions/notebooks/<nb>.ipynb     solved notebook: markers removed, hidden tests kept (course text)
+
+Two audiences read the notebook, and each rendering speaks to one (``AUDIENCES``). A fragment cell
+tagged ``course`` is kept only where a course student reads it: the nbgrader source, hence every
+course release (``mlbook student-dist``, the hub's ``generate_assignment``), formgrader and the
+feedback pages; one tagged ``self-paced`` only in the self-paced copy, ``chapters/`` (checkout,
+``mlbook start``, ``mlbook grade``). Every other cell is the same in both, with the same grade ids,
+so the grader treats a notebook of either kind alike (instruction cells are markdown, never run).
+:func:`course_release` is the course's release, as ``nbgrader generate_assignment`` makes it.
 
 Notebooks without graded cells (the DDP appendix) only get the solved form.
 
@@ -40,7 +48,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from mlbook_tools.config import layout
-from mlbook_tools.driver import DEMO_FLAG
+from mlbook_tools.driver import DEMO_TAG
 from mlbook_tools.grading import run_nbgrader
 from mlbook_tools.progress import stage
 from mlbook_tools.result import EXTRA_PREFIX
@@ -226,6 +234,9 @@ CODE_KEYS = {
     "tags",
 }
 MARKDOWN_KEYS = {"manual", "points", "tags"}
+# The two renderings, by the tag that keeps a cell in one only (a cell with neither is in both).
+COURSE, SELF_PACED = "course", "self-paced"
+AUDIENCES = (COURSE, SELF_PACED)
 JUPYTEXT_KEYS = {
     "lines_to_next_cell",
     "lines_to_end_of_cell_marker",
@@ -270,8 +281,12 @@ def _cell_meta(grade_id: str, *, grade=False, solution=False, locked=True, point
     return {"nbgrader": meta}
 
 
-def source_notebook(nb_name: str) -> nbformat.NotebookNode:
-    """Fragments -> the nbgrader source notebook (with solution and hidden-test markers)."""
+def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNode:
+    """Fragments -> the nbgrader source notebook (with solution and hidden-test markers) for
+    ``audience`` (``AUDIENCES``): a cell tagged with the other audience is left out."""
+    if audience not in AUDIENCES:
+        raise ValueError(f"audience must be one of {', '.join(AUDIENCES)}, not {audience!r}")
+    (other,) = set(AUDIENCES) - {audience}
     folder = layout().chapters_src / nb_name
     fragments = sorted(folder.glob("[0-9]*.py"))
     if not fragments:
@@ -282,6 +297,16 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
         for i, cell in enumerate(jupytext.reads(frag.read_text(), fmt="py:percent").cells):
             _check_header(frag, i, cell)
             meta, src = dict(cell.metadata), cell.source
+            tags = meta.get("tags", [])
+            if COURSE in tags and SELF_PACED in tags:
+                raise ValueError(f"{frag}: cell {i} is tagged both {COURSE!r} and {SELF_PACED!r}")
+            if cell.cell_type != "markdown" and set(AUDIENCES) & set(tags):
+                raise ValueError(
+                    f"{frag}: cell {i} is code tagged for one audience; only prose may differ "
+                    "(the grader runs the course's read-only code whatever the student's copy holds)"
+                )
+            if other in tags:  # the other rendering's text; ids below stay those of the fragment
+                continue
             auto_id = f"{frag.stem}-{i}"
             if cell.cell_type == "markdown":
                 if "manual" in meta:
@@ -322,9 +347,9 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
                     code, _ = object_source(meta["include"])
                     src = code + ("\n\n\n" + src if src.strip() else "")
                 md = _cell_meta(auto_id)
-            if meta.get("demo"):  # the notebook's own, visible flag: the autograder skips this cell
-                src = DEMO_FLAG + "\n" + src
             tags = list(meta.get("tags", []))
+            if meta.get("demo"):  # metadata, not a line the reader sees: the autograder skips it
+                tags.append(DEMO_TAG)
             top_level_answer = md["nbgrader"]["solution"] and any(
                 line == MARKERS[0] for line in src.split("\n")
             )
@@ -340,9 +365,20 @@ def source_notebook(nb_name: str) -> nbformat.NotebookNode:
         "kernelspec": KERNELSPEC,
         "language_info": {"name": "python"},
         "mlbook": {"generated": GENERATED_NOTE.format(nb=nb_name)},
+        "title": chapter_title(cells, nb_name),  # the page title nbconvert gives the reading form
     }
     _check_unique_ids(nb)
     return nb
+
+
+def chapter_title(cells: list, nb_name: str) -> str:
+    """The text of the notebook's first ``# `` heading (its title); an error if it has none."""
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    raise ValueError(f"{nb_name}: no '# ' heading to title the notebook: start it with one")
 
 
 def _check_unique_ids(nb: nbformat.NotebookNode) -> None:
@@ -502,6 +538,15 @@ def student_release(source_text: str, assignment: str) -> nbformat.NotebookNode:
         return nbformat.read(course / "release" / assignment / source.name, as_version=4)
 
 
+def course_release(name: str) -> str:
+    """The course's release of notebook ``name``: ``nbgrader generate_assignment`` over the
+    generated source in autograde/source (what a course's instructor releases), as text."""
+    source = layout().course / "source" / name / f"{name}.ipynb"
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
+    return _text(student_release(source.read_text(), name))
+
+
 def _text(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
@@ -533,11 +578,12 @@ def render_all(execute: bool = True) -> dict[pathlib.Path, str]:
             )
             continue
         src_path = L.course / "source" / name / f"{name}.ipynb"
-        out[src_path] = _text(source)
+        out[src_path] = _text(source)  # the course's text: every course release comes from it
         out[L.solved / f"{name}.ipynb"] = solved(name, solved_notebook(source))
-        stage(f"{name}: nbgrader generate_assignment (the student release)")
-        release = student_release(out[src_path], name)  # no jupytext pairing: JupyterLab would
-        # write a .py beside every student copy and then refuse a newer .ipynb (File Load Error)
+        stage(f"{name}: nbgrader generate_assignment (the self-paced release)")
+        release = student_release(  # no jupytext pairing: JupyterLab would write a .py beside
+            _text(source_notebook(name, SELF_PACED)), name
+        )  # every student copy and then refuse a newer .ipynb (File Load Error)
         out[L.release / f"{name}.ipynb"] = _text(release)
         out[L.release / f"{name}.py"] = jupytext.writes(release, fmt="py:percent")
     return out

@@ -291,7 +291,7 @@ def grade_class(
     state_dir.mkdir(parents=True, exist_ok=True)
     manual_audit.report(course, assignment, out)  # manual scores changed since the last run
     checks_path = grading.layout().checks
-    jobs, results, unchanged = [], {}, []
+    jobs, results, kept = [], {}, []  # kept: unchanged since a grading (here or copied back)
     from mlbook_tools.exchange import refuse_unsafe_ids  # ids outside the safe set (exchange.py)
 
     refused = refuse_unsafe_ids(course, assignment, out)
@@ -306,12 +306,13 @@ def grade_class(
                 old = json.loads(state.read_text())
                 if old.get("fingerprint") == fp and _made_here(course, assignment, student, fp):
                     results[student] = {**old, "unchanged": True}
-                    unchanged.append(student)
+                    kept.append(student)
                     continue
             except (OSError, ValueError):
                 pass
         jobs.append((student, str(nb_path), fp))
-    for student in unchanged:  # a rerun says every score too, not only the regraded ones
+    _fill_gradebook(course, assignment, kept, results)
+    for student in kept:  # a rerun says every score too, not only the regraded ones
         print(_line(student, results[student], assignment) + "  (unchanged, kept)", file=out)
     report_misnamed(course, assignment, results, out)
     report_extra_files(course, assignment, out)
@@ -381,6 +382,45 @@ def grade_class(
     )
     manual_audit.save(course, assignment)
     return results
+
+
+def _fill_gradebook(
+    course: pathlib.Path, assignment: str, students: list[str], results: dict
+) -> None:
+    """Record the kept grading of each student the gradebook does not hold as it was graded.
+
+    A grading done on another copy of the course (docs/scale.md, several machines) comes back as its
+    autograded notebook and its state file; the gradebook here has not seen it. The notebook carries
+    the fingerprint of that grading (``_made_here``), so its result is recorded as it stands, not
+    regraded."""
+    if not students:
+        return
+    from nbgrader.api import Gradebook, MissingEntry
+
+    missing = []
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student in students:
+            try:
+                have = {
+                    g.name: g
+                    for g in gb.find_submission_notebook(assignment, assignment, student).grades
+                }
+            except MissingEntry:
+                missing.append(student)
+                continue
+            for gid, g in results[student].get("grades", {}).items():
+                got = have.get(gid)
+                score = None if got is None else (got.auto_score or 0.0) + (got.extra_credit or 0.0)
+                if score is None or abs(score - g["score"]) > 1e-9:
+                    missing.append(student)
+                    break
+    if not missing:
+        return
+    source_nb, _, _ = grading.load_course(course, assignment)
+    for student in missing:
+        graded = GradingResult.from_dict(results[student])
+        path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
+        grading.record(course, assignment, student, graded, source_nb, path.read_text())
 
 
 class NotACourse(FileNotFoundError):

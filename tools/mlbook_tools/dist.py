@@ -1,7 +1,9 @@
 """``mlbook student-dist``: exactly what the students of a graded course receive, in one folder.
 
     <out>/mlbook-<version>-py3-none-any.whl   the student library (src/mlbook only)
-    <out>/rlhf_ppo.ipynb                       the released notebooks, as nbgrader generated them
+    <out>/rlhf_ppo.ipynb                       the course's release of each notebook (nbgrader's
+                                               generate_assignment over autograde/source: the
+                                               course text, not the self-paced chapters/ copy)
     <out>/requirements.txt                     requirements/student.txt: what the notebook imports
                                                and Jupyter itself, pinned as in requirements/lock.txt
     <out>/README.md                            how to install (CPU-only torch on Linux) and hand in
@@ -29,6 +31,7 @@ import shutil
 import subprocess
 import sys
 
+from mlbook_tools.build import course_release
 from mlbook_tools.config import layout
 from mlbook_tools.workcopy import HoldsAnswers, digest, refuse_if_edited
 
@@ -181,14 +184,17 @@ def student_dist(out: str | pathlib.Path | None = None) -> pathlib.Path:
     """Write the student distribution to ``out`` (default: [tool.mlbook] student-dist); returns it."""
     L = layout()
     out = pathlib.Path(out) if out else L.student_dist
-    notebooks = sorted(L.release.glob("*.ipynb"))
-    if not notebooks:
-        raise FileNotFoundError(f"no released notebook in {L.release}: run `mlbook build` first")
-    refuse_if_edited(notebooks)  # ship only what the build wrote, never someone's edited copy
+    sources = sorted((L.course / "source").glob("*/*.ipynb"))
+    if not sources:
+        raise FileNotFoundError(
+            f"no source notebook in {L.course / 'source'}: run `mlbook build` first"
+        )
+    refuse_if_edited(sources)  # ship only what the build wrote, never someone's edited copy
     student_txt = L.root / "requirements" / "student.txt"
     if not student_txt.is_file():
         raise FileNotFoundError(f"{student_txt} is missing: run `make student-lock`")
-    planned = {nb.name: unpaired(nb.read_bytes()) for nb in notebooks}
+    # the course's release (its text speaks to a course student), not the self-paced chapters/ copy
+    planned = {nb.name: unpaired(course_release(nb.stem).encode()) for nb in sources}
     planned["requirements.txt"] = student_txt.read_bytes()
     planned["README.md"] = DIST_README.encode()
     _refuse_if_not_ours(out, planned)

@@ -28,7 +28,7 @@ import secrets
 import time
 import types
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import nbformat
@@ -40,6 +40,7 @@ from mlbook_tools.errors import (  # noqa: F401 - CannotGrade, TooLarge, Sandbox
     CallTimeout,
     CannotGrade,
     Crashed,
+    Interrupted,
     MemoryLimit,
     RemoteError,
     RunnerDied,
@@ -191,15 +192,27 @@ def check_seed(secret: bytes, student: str, test: str) -> int:
 # ------------------------------------------------------------------------------- the plan
 
 
-# The notebook's own flag for cells that only demonstrate (training runs, sweeps, figures): a first
-# line the reader sees, written by `mlbook build` from the fragment header `demo=true`. The grader
-# skips such a cell; a student who deletes the line gets the cell run, as Jupyter would run it.
+# Cells that only demonstrate (training runs, sweeps, figures) carry the cell tag DEMO_TAG, written
+# by `mlbook build` from the fragment header `demo=true`: metadata, so the reader sees no grader
+# plumbing. The grader skips such a cell by the course's copy (a submission's cell metadata is
+# dropped but for its nbgrader entry, ``bounded``), an answer cell too: the student's demonstration
+# never costs a grade. A first line DEMO_FLAG (what earlier releases wrote) still skips a cell,
+# the student's own included.
+DEMO_TAG = "demo"
 DEMO_FLAG = "# Demonstration only: the autograder skips this cell."
 _DEMO = re.compile(r"\A\s*#\s*Demonstration only: the autograder skips this cell", re.IGNORECASE)
 
 
 def is_demo(source: str) -> bool:
+    """The legacy flag: ``source`` starts with DEMO_FLAG."""
     return bool(_DEMO.match(source))
+
+
+def is_demo_cell(cell) -> bool:
+    """A cell tagged DEMO_TAG, or one whose source starts with the legacy DEMO_FLAG."""
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    tags = meta.get("tags", []) if isinstance(meta, dict) else []
+    return (isinstance(tags, list) and DEMO_TAG in tags) or is_demo(_text(cell))
 
 
 @dataclass
@@ -255,7 +268,7 @@ def make_plan(
 
     Read-only cells come from the course's SOURCE notebook (a student's edit is undone, as nbgrader
     restores locked cells), answer cells and the cells a student added are the student's. Test cells
-    are not run here: the driver calls their checks. Cells whose first line is ``DEMO_FLAG`` are skipped.
+    are not run here: the driver calls their checks. Demonstration cells (``is_demo_cell``) are skipped.
     """
     student, problems = parse_submission(submission_text, limits)  # bounded before it is parsed
     cells = student.cells
@@ -265,8 +278,8 @@ def make_plan(
     plan_cells, tests, manual, names, skipped = [], [], [], {}, []
     counts: dict[str, int] = {}  # code cells the student added below each anchor, so far
 
-    def add(cell_id: str, source: str, trusted: bool) -> None:
-        if is_demo(source):
+    def add(cell_id: str, source: str, trusted: bool, demo: bool = False) -> None:
+        if demo or is_demo(source):
             skipped.append(cell_id)
         elif source.strip():
             plan_cells.append((cell_id, source, trusted))
@@ -302,9 +315,9 @@ def make_plan(
                     f"answer cell {gid!r} is missing (deleted, or its metadata was changed)"
                 )
                 continue
-            add(gid, _text(mine), False)
+            add(gid, _text(mine), False, is_demo_cell(cell))  # the course's tag
             continue
-        add(gid, cell.source, True)
+        add(gid, cell.source, True, is_demo_cell(cell))
         if mine is not None and _text(mine).strip() != cell.source.strip():
             problems.append(f"read-only cell {gid!r} was edited: the course's version was used")
     return Plan(plan_cells, tests, manual, names, problems, student, skipped)
@@ -319,6 +332,12 @@ class Session:
     ``deadline`` is the submission's budget on the session's clock (``clock()``: time.monotonic() at the
     start plus the seconds charged to the sandbox since, so a busy machine does not spend it): every
     cell, call and attribute read checks it first and gets at most what is left (no floor).
+    What is charged is what the submission's own code did, once: each cell's first run, each call and
+    attribute read (a request cut at its limit costs exactly that limit, ``Runner.request``). The
+    grader's own work in the sandbox is not charged: starting a sandbox, replaying cells that already
+    ran in an earlier sandbox after a restart, and its bookkeeping requests (``bind``, ``defined``), so
+    how many restarts a submission causes, and how long each takes on a busy machine, moves no
+    verdict (they are bounded by the cell limit each and by the wall-clock backstop).
     ``wall_deadline`` (time.monotonic, default ``wall_factor`` x the budget) is the wall-clock backstop;
     past it + ``grace_seconds`` a watchdog kills the sandbox whatever is running. ``self.deadline`` and
     ``self.wall_deadline`` are lowered for one check by ``within``."""
@@ -333,6 +352,8 @@ class Session:
     ):
         self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
+        self.free = 0.0  # measured by the runners but not charged: start-ups, replays, bookkeeping
+        self.ran: set[str] = set()  # cells charged once already (their replays are free)
         if wall_deadline is None:
             wall_deadline = self.t0 + (deadline - self.t0) * limits.wall_factor
         self.wall_deadline = self.hard_deadline = wall_deadline  # hard_deadline never moves
@@ -361,7 +382,18 @@ class Session:
             self.deadline, self.wall_deadline = kept
 
     def clock(self) -> float:
-        return self.t0 + self.spent + (self.runner.charged if self.runner else 0.0)
+        return self.t0 + self.spent - self.free + (self.runner.charged if self.runner else 0.0)
+
+    @contextmanager
+    def uncharged(self):
+        """Whatever the current runner is charged inside this block is the grader's, not the submission's."""
+        runner = self.runner
+        before = runner.charged if runner is not None else 0.0
+        try:
+            yield
+        finally:
+            if runner is not None:
+                self.free += runner.charged - before
 
     def left(self) -> float:
         """Charged seconds left of the budget."""
@@ -389,6 +421,9 @@ class Session:
             self.runner = Runner(
                 trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
             )
+            self.free += (
+                self.runner.charged
+            )  # its start-up (bubblewrap, import torch) is the grader's
         except SandboxUnavailable:
             if start < start_seconds and time.monotonic() >= self.hard_deadline:
                 raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
@@ -399,9 +434,10 @@ class Session:
         if at in self.bad_bindings or not self.plan.student_names:
             return
         try:
-            reply, rblobs = self.request(
-                {"op": "bind", "names": sorted(self.plan.student_names)}, 10
-            )
+            with self.uncharged():
+                reply, rblobs = self.request(
+                    {"op": "bind", "names": sorted(self.plan.student_names)}, 10
+                )
         except CallTimeout:
             return  # the final bindings serve
         except RunnerDied:
@@ -439,10 +475,20 @@ class Session:
                         continue
                     # read-only cells too: they may call student code
                     timeout = min(self.limits.cell_seconds, self.left())
+                    replay = gid in self.ran  # charged on its first run, in an earlier sandbox
+                    self.ran.add(gid)
                     try:
-                        reply, _ = self.request(
-                            {"op": "exec", "cell": gid, "source": source}, timeout
+                        with self.uncharged() if replay else nullcontext():
+                            reply, _ = self.request(
+                                {"op": "exec", "cell": gid, "source": source},
+                                timeout,
+                                interrupt=True,
+                            )
+                    except Interrupted:  # as Jupyter's Interrupt: what it did so far stays
+                        self.bad_cells[gid] = (
+                            f"did not finish within {max(timeout, 0):.0f} s and was interrupted"
                         )
+                        continue
                     except BudgetExceeded:
                         self.bad_cells[gid] = "did not run: the submission's time budget ran out"
                         raise
@@ -468,10 +514,12 @@ class Session:
                 self.runner.close()
                 raise
 
-    def request(self, header: dict, timeout: float, blobs=()):
+    def request(self, header: dict, timeout: float, blobs=(), interrupt: bool = False):
         """One request under the deadlines: BudgetExceeded without sending when no time is left.
 
-        ``timeout`` is charged seconds; its wall-clock backstop is ``wall_factor`` times longer."""
+        ``timeout`` is charged seconds; its wall-clock backstop is ``wall_factor`` times longer.
+        ``interrupt``: cut at its limit, the student's code is interrupted (``Interrupted``: the
+        runner lives on) rather than killed, where it lets itself be (``Runner.request``)."""
         left, wall_left = self.deadline - self.clock(), self.wall_deadline - time.monotonic()
         if left <= 0 or wall_left <= 0:
             raise BudgetExceeded()
@@ -480,7 +528,11 @@ class Session:
         wall = timeout * self.limits.wall_factor
         try:
             return self.runner.request(
-                header, blobs, timeout=min(timeout, left), wall_timeout=min(wall, wall_left)
+                header,
+                blobs,
+                timeout=min(timeout, left),
+                wall_timeout=min(wall, wall_left),
+                interrupt=interrupt,
             )
         except CallTimeout:
             if left <= timeout or wall_left <= wall:  # the budget ran out, not this request's time
@@ -493,7 +545,8 @@ class Session:
             self._build()
 
     def defined(self, names: list[str]) -> set[str]:
-        reply, _ = self.request({"op": "defined", "names": names}, 10)
+        with self.uncharged():
+            reply, _ = self.request({"op": "defined", "names": names}, 10)
         return set(reply.get("names", []))
 
     def close(self):
@@ -523,7 +576,7 @@ class Session:
         name = label or (target if isinstance(target, str) else "your code")
         timeout = min(self.limits.call_seconds, self.left())
         try:
-            reply, rblobs = self.request(header, self.limits.call_seconds, blobs)
+            reply, rblobs = self.request(header, self.limits.call_seconds, blobs, interrupt=True)
         except BudgetExceeded:
             raise AssertionError(
                 f"not finished: the time budget of this submission ran out before {name} was called"
@@ -735,7 +788,8 @@ def grade_plan(
         output = session.output() if session else ""
         if session is not None:
             for gid, why in session.bad_cells.items():
-                plan.problems.append(f"cell {gid!r} {why}; it was skipped")
+                left_out = "" if why.endswith("interrupted") else "; it was skipped"
+                plan.problems.append(f"cell {gid!r} {why}{left_out}")
             session.close()
     return {
         "verdicts": verdicts,

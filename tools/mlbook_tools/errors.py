@@ -66,6 +66,13 @@ class CallTimeout(RunnerDied):
     reason = "timeout"
 
 
+class Interrupted(CallTimeout):
+    """A request cut at its limit and interrupted as Jupyter interrupts a kernel (SIGINT: a
+    ``KeyboardInterrupt`` in the student's code); the runner answered and lives on, nothing restarts."""
+
+    reason = "interrupted"
+
+
 class BudgetExceeded(RunnerDied):
     """The submission's budget (or its wall-clock backstop) ran out: nothing more is sent."""
 

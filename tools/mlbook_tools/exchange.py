@@ -41,6 +41,7 @@ import shutil
 import stat
 
 from nbgrader.exchange.default.collect import ExchangeCollect, groupby
+from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.utils import ignore_patterns
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
@@ -297,3 +298,21 @@ def refuse_unsafe_ids(course, assignment: str, out) -> set[str]:
                 file=out,
             )
     return refused
+
+
+class SafeIdCollector(FileNameCollectorPlugin):
+    """``nbgrader zip_collect``'s file-name reader (``c.ZipCollectApp.collector_plugin``): a file whose
+    name gives a student id outside the safe set is not collected; an error line names the file and
+    the rule (``zip_collect`` would otherwise make ``submitted/<that id>/`` and grade it)."""
+
+    def collect(self, submitted_file: str):
+        info = super().collect(submitted_file)
+        student = info.get("student_id") if isinstance(info, dict) else None
+        if isinstance(student, str) and (why := student_id_problem(student)):
+            self.log.error(
+                "REFUSED %s: %s; not collected (rename the file, or fix named_regexp)",
+                _printable(repr(os.path.basename(submitted_file))),
+                _printable(why),
+            )
+            return None
+        return info

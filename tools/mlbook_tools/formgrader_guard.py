@@ -137,15 +137,29 @@ class FlaggedStudentSubmissions(api.StudentSubmissionCollectionHandler):
         self.write(json.dumps(rows))
 
 
-class FlaggedAutograde(api.AutogradeHandler):
-    """Autograde: a flagged submission answers its one-line reason (no nbgrader run, no traceback).
-    A misnamed folder is looked at as it is now; a refused or unreadable file is checked again
-    against the course's bounds (a file handed in again since is graded as usual)."""
+class SafeIdAutograde(api.AutogradeHandler):
+    """The Autograde button (``POST /formgrader/api/submission/<assignment>/<student>/autograde``).
+
+    A student id outside the safe set (``exchange.STUDENT_ID``) is refused before nbgrader creates its
+    gradebook entry or folders, with the rule in the message the button shows (the id itself is not
+    echoed: the page may show the message as markup). A flagged submission answers its one-line
+    reason (no nbgrader run, no traceback): a misnamed folder is looked at as it is now; a refused or
+    unreadable file is checked again against the course's bounds (a file handed in again since is
+    graded as usual)."""
 
     @web.authenticated
     @check_xsrf
     @check_notebook_dir
     def post(self, assignment_id, student_id):
+        from mlbook_tools.exchange import STUDENT_ID_RULE, student_id_problem
+
+        if student_id_problem(student_id) is not None:
+            refused = (
+                f"not autograded: this student id is not allowed (ids are {STUDENT_ID_RULE}); "
+                "rename its folder in submitted/ to such an id, then autograde it"
+            )
+            self.write(json.dumps({"success": False, "error": refused, "log": refused}))
+            return
         why = live_flag(_course(self), assignment_id, student_id)
         if why is not None:
             self.write(
@@ -181,7 +195,7 @@ REPLACE = {
     api.SubmissionHandler: FlaggedSubmission,
     api.SubmittedNotebookCollectionHandler: FlaggedNotebookSubmissions,
     api.StudentSubmissionCollectionHandler: FlaggedStudentSubmissions,
-    api.AutogradeHandler: FlaggedAutograde,
+    api.AutogradeHandler: SafeIdAutograde,
 }
 
 

@@ -75,6 +75,12 @@ class SandboxedExecute(Preprocessor):
         if self.budget:
             limits = limits.replace(budget_seconds=float(self.budget))
         info = resources["nbgrader"]
+        from mlbook_tools.exchange import student_id_problem
+
+        if why := student_id_problem(str(info["student"])):  # collect and grade-class refuse it too
+            raise ValueError(
+                f"not autograded: {why}; rename its folder in submitted/ to such an id"
+            )
         course = (
             pathlib.Path(resources["metadata"]["path"]).resolve().parents[2]
         )  # autograded/<student>/<id>

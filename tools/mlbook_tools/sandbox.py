@@ -52,6 +52,7 @@ import time
 from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named where they are raised
     CallTimeout,
     Crashed,
+    Interrupted,
     MemoryLimit,
     ProtocolBroken,
     RemoteError,
@@ -64,6 +65,8 @@ from mlbook_tools.limits import GradingLimits
 
 RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
 MAX_REPLY = protocol.MAX_REPLY
+# wall-clock seconds an interrupted request has to answer (``Runner.request``); past them it is killed
+INTERRUPT_GRACE = 3.0
 OUTPUT_CAP = 8 * 1024
 
 
@@ -647,9 +650,14 @@ class Runner:
                 continue
         return None
 
-    def _sample(self) -> tuple[float, float | None, float | None]:
-        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox); None: unknown."""
-        now, delay, cpu = time.monotonic(), None, None
+    def _sample(self) -> tuple[float, float | None, float | None, float | None]:
+        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox,
+        seconds the calling (driver) thread waited for a CPU); None: unknown."""
+        now, delay, cpu, mine = time.monotonic(), None, None, None
+        try:
+            mine = int(pathlib.Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
         pid = self._runner_pid()
         if pid is not None:
             try:
@@ -667,32 +675,47 @@ class Runner:
                 cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, ValueError, IndexError):
                 pass
-        return now, delay, cpu
+        return now, delay, cpu, mine
 
     @staticmethod
     def _charged(s0, s1) -> float:
         """What a request window costs the submission: its CPU time, or the wall time it spent running or
-        sleeping (time spent waiting for a CPU that other processes held is not charged), whichever is larger."""
+        sleeping, whichever is larger. Time spent waiting for a CPU that other processes held is not
+        charged: the runner's wait, and the driver's own (on a busy machine the driver reads a reply
+        late; a call of a millisecond would otherwise be charged the driver's wait for a CPU)."""
         wall = s1[0] - s0[0]
         delay = s1[1] - (s0[1] or 0.0) if s1[1] is not None else 0.0
         cpu = s1[2] - s0[2] if s1[2] is not None and s0[2] is not None else 0.0
-        return max(wall - max(delay, 0.0), cpu, 0.0)
+        mine = s1[3] - s0[3] if len(s1) > 3 and s1[3] is not None and s0[3] is not None else 0.0
+        return max(wall - max(delay, 0.0) - max(mine, 0.0), cpu, 0.0)
 
     # ------------------------------------------------------------------ framing
     def request(
-        self, header: dict, blobs=(), timeout: float = 30, wall_timeout: float | None = None
+        self,
+        header: dict,
+        blobs=(),
+        timeout: float = 30,
+        wall_timeout: float | None = None,
+        interrupt: bool = False,
     ):
         """Send one request, return (validated header, blobs). Any failure: the runner is closed, RunnerDied.
 
         ``timeout`` bounds the seconds CHARGED to the sandbox (``_charged``: its own CPU time, or the time it
         ran or slept, never the time it waited for a CPU held by someone else), so a busy machine does not
-        change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops."""
+        change a verdict; ``wall_timeout`` (default ``timeout``) and ``kill_at`` are wall-clock backstops.
+        A request is charged at most ``timeout``: one cut at its limit costs exactly the limit, however
+        late on a busy machine the tick that cut it ran.
+
+        ``interrupt``: at the charged limit the runner is interrupted as Jupyter interrupts a kernel
+        (SIGINT: a ``KeyboardInterrupt`` in the student's code) and given ``INTERRUPT_GRACE`` seconds of
+        wall clock to answer; if it does, ``Interrupted`` is raised and the runner lives on (no restart,
+        no replay); code that ignores the interrupt is killed as before (``CallTimeout``)."""
         if self.dead:
             raise Crashed()
         wall_deadline = time.monotonic() + (timeout if wall_timeout is None else wall_timeout)
         if self.kill_at is not None:
             wall_deadline = min(wall_deadline, self.kill_at)
-        s0 = None
+        s0, cut = None, []  # cut: when the interrupt was sent (time.monotonic)
         try:
             if timeout <= 0 or time.monotonic() >= wall_deadline:
                 raise TimeoutError("timeout")
@@ -700,13 +723,26 @@ class Runner:
             s0 = self._sample()
 
             def tick():
-                if self._charged(s0, self._sample()) >= timeout:
-                    raise TimeoutError("timeout")
+                if cut:
+                    if time.monotonic() - cut[0] >= INTERRUPT_GRACE:
+                        raise TimeoutError("timeout")  # it ignored the interrupt
+                elif time.monotonic() >= wall_deadline:
+                    raise TimeoutError("timeout")  # the backstop: no grace
+                elif self._charged(s0, self._sample()) >= timeout:
+                    if not (interrupt and self._interrupt()):
+                        raise TimeoutError("timeout")
+                    cut.append(time.monotonic())
 
-            reply, rblobs = protocol.read_frame(self.rep_r, wall_deadline, MAX_REPLY, tick=tick)
+            # the reply (to an interrupted request too) is read whole: the pipe stays in step
+            deadline = wall_deadline + (INTERRUPT_GRACE if interrupt else 0.0)
+            reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
-            self.charged += self._charged(s0, self._sample())
+            self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
+            if cut:
+                raise Interrupted()
             return reply, rblobs
+        except Interrupted:
+            raise
         except (
             TimeoutError
         ):  # the protocol's reader (inside the trust boundary) knows no grader types
@@ -718,12 +754,23 @@ class Runner:
         except BaseException:
             self.close()
             raise
-        if s0 is not None:
-            self.charged += self._charged(s0, self._sample())
+        if s0 is not None:  # cut at its limit: it costs that limit, however late the tick saw it
+            self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
         self.close()
         if isinstance(failure, Crashed) and self.oom:
             failure = MemoryLimit()
         raise failure
+
+    def _interrupt(self) -> bool:
+        """SIGINT to the sandboxed Python (its host pid), as Jupyter's interrupt; False if it cannot be sent."""
+        pid = self._runner_pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError:
+            return False
+        return True
 
     def kill(self):
         """SIGKILL the sandbox and everything in its cgroup (safe from any thread)."""

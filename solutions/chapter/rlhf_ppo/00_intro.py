@@ -17,7 +17,7 @@
 # | §7 Exercises ★ to ★★★ | extend the code and measure the claims |
 # | References | the papers and code the prose cites by author and year |
 
-# %% [markdown] tags=["student-instructions"]
+# %% [markdown] tags=["student-instructions", "self-paced"]
 # **How to work through it.** Work in your own copy of this notebook, never in the checkout's
 # `chapters/` folder (commands there regenerate it): `mlbook start` copies it to `~/rlhf-ppo-work/`,
 # where nothing but you ever writes (a course hands you your copy). Run the cells from the top. Each
@@ -30,7 +30,20 @@
 # check again in one summary; with the full checkout it also prints the command that grades your
 # saved notebook the way the course will, hidden tests included. Read-only cells hold the code you
 # only need to read; edits to them are undone at grading time.
-#
+
+# %% [markdown] tags=["student-instructions", "course"]
+# **How to work through it.** This notebook is your copy: edit it where it is, keep its name
+# (`rlhf_ppo.ipynb`) and save often (Ctrl+S). Run the cells from the top. Each cell that says
+# `raise NotImplementedError` is yours: replace that line with your implementation. Right after each
+# of your functions a *check* cell runs it on a small example and prints ✓ or tells you what is off.
+# The graded cells (marked "Graded") run more thorough hidden tests when the course grades the
+# notebook; they accept any correct implementation (loops or vectorised, float32 or float64). The
+# checks are built to catch the common mistakes those tests punish, but the hidden tests probe more
+# cases. Before you hand in, the cell under "Check your work" at the end runs every check again in
+# one summary, and the text above it says how to hand in. Read-only cells hold the code you only
+# need to read; edits to them are undone at grading time.
+
+# %% [markdown]
 # **Conventions used everywhere below.** A batch of sequences is a `(B, T)` tensor of token ids:
 # prompt, then response, then padding. The log-prob of every *next* token is a `(B, T-1)` tensor
 # whose column `t` scores `tokens[:, t+1]`, and every per-token tensor (rewards, values,
@@ -62,9 +75,9 @@ from mlbook.posttrain.toy_lm import (
     good_count_reward,
     make_prompts,
 )
+from mlbook.tables import show_table
 
 torch.set_num_threads(1)  # the toy's tensors are tiny: extra threads only add contention
-AUTOGRADING = os.environ.get("NBGRADER_EXECUTION") == "autograde"  # set by nbgrader while it grades
 print(f"torch {torch.__version__}; toy vocabulary of {len(VOCAB)} words: {' '.join(VOCAB)}")
 
 

@@ -301,9 +301,7 @@ class RunLog:
 
 # %% include="mlbook_solutions.run_toy:CHAPTER_RUN" needs_answers=true demo=true
 policy, ref, critic, prompts, gen = build_models(seed=0)
-run_cfg = (
-    dataclasses.replace(CHAPTER_RUN, steps=15) if AUTOGRADING else CHAPTER_RUN
-)  # shorter while grading
+run_cfg = CHAPTER_RUN
 print(run_cfg)
 run_log = RunLog(critic, ref)
 t0 = time.perf_counter()
@@ -321,11 +319,14 @@ history = train_ppo(
 )
 train_seconds = time.perf_counter() - t0
 print(f"{len(history)} PPO steps in {train_seconds:.1f} s")
-log_rows = ["| step | reward | KL | clip | beta |", "|---:|---:|---:|---:|---:|"]
-for i, h in enumerate(history, 1):
-    if i % 5 == 0 or i == 1:
-        log_rows.append(f"| {i} | {h.reward:.2f} | {h.kl:.2f} | {h.clip_frac:.3f} | {h.beta:.4f} |")
-display(Markdown("\n".join(log_rows)))
+show_table(
+    ["step", "reward", "KL", "clip", "beta"],
+    [
+        [i, f"{h.reward:.2f}", f"{h.kl:.2f}", f"{h.clip_frac:.3f}", f"{h.beta:.4f}"]
+        for i, h in enumerate(history, 1)
+        if i % 5 == 0 or i == 1
+    ],
+)
 
 # %% needs_answers=true demo=true
 peak = max(range(len(history)), key=lambda i: history[i].kl)
@@ -388,18 +389,23 @@ def md_code(word):
 
 
 shape_rows = [
-    f"| | step 1 | step {len(history)} |",
-    "|---|---:|---:|",
-    f"| good tokens per response | {history[0].reward:.2f} | {history[-1].reward:.2f} |",
-    f"| response length (tokens) | {history[0].response_len:.2f} | {history[-1].response_len:.2f} |",
-    f"| responses ending in {md_code('<|end|>')} | {end_share[0]:.0%} | {end_share[-1]:.0%} |",
+    ["good tokens per response", f"{history[0].reward:.2f}", f"{history[-1].reward:.2f}"],
+    [
+        "response length (tokens)",
+        f"{history[0].response_len:.2f}",
+        f"{history[-1].response_len:.2f}",
+    ],
+    [f"responses ending in {md_code('<|end|>')}", f"{end_share[0]:.0%}", f"{end_share[-1]:.0%}"],
 ]
 for name in ("<|pad|>", "<|bos|>"):
     shape_rows.append(
-        f"| response tokens = {md_code(name)} | {response_stats(first)[1][name]:.1%} "
-        f"| {response_stats(last)[1][name]:.1%} |"
+        [
+            f"response tokens = {md_code(name)}",
+            f"{response_stats(first)[1][name]:.1%}",
+            f"{response_stats(last)[1][name]:.1%}",
+        ]
     )
-display(Markdown("\n".join(shape_rows)))
+show_table(["", "step 1", f"step {len(history)}"], shape_rows, align="lrr")
 show(
     plot_response_shape(history, end_share),
     alt=f"Three curves over {len(history)} PPO steps: good tokens per response rise from {history[0].reward:.2f} to "
@@ -452,13 +458,14 @@ words = [VOCAB[int(t)] for t in step["tokens"][row, cols + 1]]  # column t score
 print(
     f"step {k + 1}, row {row}: {decode(step['tokens'][row])}  (score {scores[row]:.0f}, beta {history[k].beta:.4f})"
 )
-trace_rows = ["| t | token | R_t | V(s_t) | A_t | G_t |", "|---:|---|---:|---:|---:|---:|"]
-for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1):
-    trace_rows.append(
-        f"| {t} | {md_code(w)} | {R[row, c]:.3f} | {step['values'][row, c]:.3f} "
-        f"| {A[row, c]:.3f} | {G[row, c]:.3f} |"
-    )
-display(Markdown("\n".join(trace_rows)))
+show_table(
+    ["t", "token", "R_t", "V(s_t)", "A_t", "G_t"],
+    [
+        [t, md_code(w), *(f"{x[row, c]:.3f}" for x in (R, step["values"], A, G))]
+        for t, (c, w) in enumerate(zip(cols.tolist(), words, strict=True), 1)
+    ],
+    align="rlrrrr",
+)
 show(
     plot_gae_trace(
         words,

@@ -2,7 +2,7 @@
 # ## 7. Exercises
 #
 # Five exercises, from a hand computation to two small experiments. They are extra credit: every grade id
-# below starts with `ex`, and `mlbook grade` reports them apart from the six core tests. Exercises 1 and 2
+# below starts with `ex`, and grading reports them apart from the six core tests. Exercises 1 and 2
 # come with a visible check you can rerun as often as you like; 4 and 5 also have an autograded test
 # (part of it hidden); the written parts are read by a person.
 #
@@ -250,11 +250,21 @@ print(
     f"{len(PTX['seeds'])} seeds x ptx_coef in {PTX['ptx_coefs']}: {PTX['steps']} PPO steps on {PTX['batch']} prompts, "
     f"from a model fine-tuned {PTX['sft_steps']} steps on the demonstrations (torch {ex4_results['torch']})"
 )
-ex4_rows = ["| per-seed statistic | mean ± std over seeds | min | max |", "|---|---:|---:|---:|"]
+ex4_stats = {
+    "sft_final_ratio": "SFT loss, end / start",
+    "sft_peak_ratio": "SFT loss, highest / start",
+    "reward_first": "reward, first step",
+    "reward_last5": "reward, last 5 steps",
+    "kl_last5": "KL, last 5 steps",
+}
+ex4_rows = ["| arm | per-seed statistic | mean ± std over seeds | min | max |"]
+ex4_rows.append("|---|---|---:|---:|---:|")
 for ex4_key, (ex4_m, ex4_s, ex4_lo, ex4_hi) in ex4_summary.items():
     if ex4_key.startswith(("plain", "ptx")):
+        ex4_arm, ex4_stat = ex4_key.split("_", 1)  # "ptx0.5", "sft_final_ratio"
+        ex4_arm = "no ptx term" if ex4_arm == "plain" else f"ptx_coef = {ex4_arm[3:]}"
         ex4_rows.append(
-            f"| `{ex4_key}` | {ex4_m:.3f} ± {ex4_s:.3f} | {ex4_lo:.3f} | {ex4_hi:.3f} |"
+            f"| {ex4_arm} | {ex4_stats[ex4_stat]} | {ex4_m:.3f} ± {ex4_s:.3f} | {ex4_lo:.3f} | {ex4_hi:.3f} |"
         )
 display(Markdown("\n".join(ex4_rows)))
 ex4_start = [r["sft"][0] for runs in ex4_results["ptx"].values() for r in runs]

@@ -63,7 +63,9 @@
 #   `verl/trainer/config/_generated_ppo_trainer.yaml` and `verl/trainer/ppo/core_algos.py`.)
 # - *OpenRLHF: An Easy-to-use, Scalable and High-performance RLHF Framework.* Hu, J., et al. (2024).
 #   arXiv:2405.11143. github.com/OpenRLHF/OpenRLHF. (Defaults and flags read from v0.11.0:
-#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`.)
+#   `openrlhf/cli/train_ppo_ray.py`, `openrlhf/models/loss.py`, `openrlhf/trainer/ppo_trainer.py`;
+#   one optimiser step per `--train.batch_size` samples by gradient accumulation in
+#   `openrlhf/trainer/ray/ppo_actor.py`.)
 #
 # **Stale rollouts, KL as a loss, long responses** (§2, §4.2, §5, exercise 5)
 #
@@ -137,8 +139,10 @@
 #   Ruwase, O., He, Y. (2020). SC20. arXiv:1910.02054. (Sharding, §4.1.)
 # - *DeepSpeed-Chat: Easy, Fast and Affordable RLHF Training of ChatGPT-like Models at All Scales.*
 #   Yao, Z., et al. (2023). arXiv:2308.01320. Code: github.com/microsoft/DeepSpeedExamples,
-#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859. (Defaults and
-#   greedy decoding for Llama models, §4.3 and §5.)
+#   `applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py` at commit 3b45859; the batch defaults
+#   (16 generated and 16 trained per device, one generation batch, one PPO epoch) in
+#   `applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`. (Defaults and greedy
+#   decoding for Llama models, §4.3 and §5.)
 # - *Efficient Memory Management for Large Language Model Serving with PagedAttention.* Kwon, W., et
 #   al. (2023). SOSP. arXiv:2309.06180. (vLLM, §4.2.)
 #

@@ -552,6 +552,33 @@ def share_verdict(ratios: list[float], tolerance: float = 0.2) -> str:
     return f"is off in both directions ({lo:.2f} to {hi:.2f} times the measured share)"
 
 
+def emulated_engine(policy: Module, dtype: torch.dtype) -> Module:
+    """A float64 copy of ``policy`` that rounds like an inference engine running in ``dtype``.
+
+    Every weight is rounded to ``dtype`` and every leaf layer's output (embeddings, linear layers,
+    layer norms, activations; so also the logits) is rounded to ``dtype`` on its way out, as a
+    low-precision GEMM writes its result. The arithmetic itself runs in float64, and rounding a
+    float64 to ``dtype`` is exact IEEE rounding, so the engine's numbers are the same on every CPU
+    (a kernel that accumulates in another order moves a float64 result by ~1e-16, far too little
+    to change which ``dtype`` value it rounds to), provided ``policy``'s own weights are: build it
+    under ``default_dtype(torch.float64)``, since ``normal_`` initialises float32 weights
+    differently on different instruction sets. What it leaves out: the residual sums and the
+    attention's internals stay in float64.
+    """
+    engine = copy.deepcopy(policy).double()
+    with torch.no_grad():
+        for p in engine.parameters():
+            p.copy_(p.float().to(dtype).double())
+
+    def round_output(module: Module, args: tuple, out: object) -> object:
+        return out.float().to(dtype).double() if isinstance(out, torch.Tensor) else out
+
+    for module in engine.modules():
+        if not list(module.children()):  # a leaf layer
+            module.register_forward_hook(round_output)
+    return engine
+
+
 def precision_mismatch(
     policy: Module,
     prompts: torch.Tensor,
@@ -559,10 +586,15 @@ def precision_mismatch(
     engine_dtype: torch.dtype = torch.bfloat16,
     band: tuple[float, float] = (0.5, 5.0),
     generator: torch.Generator | None = None,
+    emulate: bool = False,
 ) -> dict[str, float]:
     """The training-inference mismatch in miniature: sample with a copy of ``policy`` cast to
     ``engine_dtype`` (the "inference engine"), score the same tokens with ``policy`` itself (the
     trainer, its own dtype), and compare the two log-probs of every response token.
+
+    ``emulate=True``: the engine is :func:`emulated_engine` and the trainer a float64 copy of
+    ``policy``, so every returned number is the same on every CPU (the native path runs the CPU's
+    own low-precision kernels, whose rounding differs between instruction sets).
 
     Returns, over response tokens: ``mean_abs`` and ``max_abs`` of log pi_train - log pi_engine;
     ``kl`` = mean of log pi_engine - log pi_train (the k1 estimate of KL(engine || trainer) that
@@ -570,15 +602,22 @@ def precision_mismatch(
     ``band`` (what a TIS clamp would cut, an IcePop mask would drop); and the range of the
     per-sequence geometric-mean ratio (what a sequence-level mask tests). ``tokens`` counts them.
     """
-    engine = copy.deepcopy(policy).to(engine_dtype)
+    if emulate:
+        policy = copy.deepcopy(policy).double()
+        engine = emulated_engine(policy, engine_dtype)
+    else:
+        engine = copy.deepcopy(policy).to(engine_dtype)
     s = sample(engine, prompts, max_new_tokens, generator=generator, use_cache=True)
     with torch.no_grad():
         logp_train = token_log_probs(policy(s.tokens), s.tokens)  # (B, T-1)
+        # sample() records its log-probs in float32; the emulated engine rescores in float64
+        logp_engine = token_log_probs(engine(s.tokens), s.tokens) if emulate else s.logprobs
     mask = s.response_mask[:, 1:]  # (B, T-1), aligned with the log-probs
     on = mask.bool()
-    diff = (logp_train.double() - s.logprobs.double())[on]  # (N,) per response token
+    gap = (logp_train.double() - logp_engine.double()) * mask  # (B, T-1), 0 off the response
+    diff = gap[on]  # (N,) per response token
     ratio = diff.exp()
-    seq_log = ((logp_train.double() - s.logprobs.double()) * mask).sum(1) / mask.sum(1)  # (B,)
+    seq_log = gap.sum(1) / mask.sum(1)  # (B,)
     return dict(
         tokens=float(on.sum()),
         mean_abs=float(diff.abs().mean()),

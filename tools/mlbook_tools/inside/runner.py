@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import resource
+import signal
 import sys
 import traceback
 
@@ -52,8 +53,8 @@ def _shell(namespace):
     (``inspect.getsource`` and ``torch.jit.script`` work). No history database, no colours. A shell
     escape runs here, in the sandbox's working folder; where starting a process fails, it prints why
     and returns 127, so the rest of the cell still runs (as on a machine without that program).
-    ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so the notebook's own
-    ``AUTOGRADING`` flag holds.
+    ``NBGRADER_EXECUTION=autograde`` is set as nbgrader sets it, so code that asks whether it is
+    being graded gets nbgrader's answer.
     """
     if _SHELL:
         return _SHELL[0]
@@ -225,7 +226,13 @@ def main(req_fd, rep_fd):
         }
 
     me = os.getpid()
+    # The driver interrupts a request cut at its limit as Jupyter interrupts a kernel (SIGINT: a
+    # KeyboardInterrupt in the student's code, which answers as an error). Between requests SIGINT is
+    # ignored (a late one is dropped, the pipe stays in step); during one, the handler is the default
+    # or whatever the student's code set last (kept across requests, as in a kernel).
+    handler = signal.default_int_handler
     while True:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             req, blobs = protocol.read_frame(req_fd)
         except EOFError:
@@ -235,6 +242,7 @@ def main(req_fd, rep_fd):
             continue
         out = []
         try:
+            signal.signal(signal.SIGINT, handler)
             if req["op"] == "exec":
                 reply = run_cell(namespace, req["cell"], req["source"], error_text)
             elif req["op"] == "defined":
@@ -255,7 +263,9 @@ def main(req_fd, rep_fd):
                 }
             else:
                 reply = {"ok": False, "error": f"unknown op {req['op']!r}"}
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) or signal.default_int_handler
         except BaseException as err:  # noqa: BLE001 - every failure of student code is a reply
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) or signal.default_int_handler
             out = []
             reply = {"ok": False, "error": error_text(err)}
         if os.getpid() != me:  # a child the student's code forked (and did not end) came back here:

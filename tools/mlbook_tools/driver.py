@@ -330,8 +330,12 @@ class Session:
         deadline: float,
         wall_deadline: float | None = None,
         limits: GradingLimits = DEFAULT_LIMITS,
+        starting=None,
     ):
         self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
+        self.starting = (
+            starting  # sandbox.Starting: the first runner, started before the plan was made
+        )
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         if wall_deadline is None:
             wall_deadline = self.t0 + (deadline - self.t0) * limits.wall_factor
@@ -386,9 +390,13 @@ class Session:
             start_seconds, self.hard_deadline - time.monotonic()
         )  # ends at the backstop too
         try:
-            self.runner = Runner(
-                trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
-            )
+            if self.starting is not None:  # the same Runner, its start-up overlapped with planning
+                starting, self.starting = self.starting, None
+                self.runner = starting.take()
+            else:
+                self.runner = Runner(
+                    trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
+                )
         except SandboxUnavailable:
             if start < start_seconds and time.monotonic() >= self.hard_deadline:
                 raise BudgetExceeded() from None  # the backstop, not the sandbox, stopped it
@@ -695,8 +703,11 @@ def grade_plan(
     trusted: bool = False,
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
+    starting=None,
 ) -> dict:
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
+
+    ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
 
     ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
     backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
@@ -708,7 +719,7 @@ def grade_plan(
     verdicts: list[Verdict] = []
     session = None
     try:
-        session = Session(plan, trusted, deadline, wall_deadline, limits)
+        session = Session(plan, trusted, deadline, wall_deadline, limits, starting)
     except RunnerDied:
         plan.problems.append(
             "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"

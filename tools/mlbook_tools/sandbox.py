@@ -761,6 +761,44 @@ class Runner:
         return (self.out.text() + self.err.text()).strip()
 
 
+class Starting:
+    """A ``Runner`` started on a thread of its own, so that the sandbox's start-up (bubblewrap, then its
+    Python importing torch and IPython: about a second of one CPU) runs while this process imports
+    torch and nbformat and plans the cells on another core. The Runner is the one ``Runner(**kwargs)``
+    would make in place (same bounds, its start-up charged the same). ``take`` waits for it and returns
+    it, or raises what its start raised; ``close`` ends one nobody took (a refused file)."""
+
+    def __init__(self, **kwargs):
+        self._runner: Runner | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._start, kwargs=kwargs, daemon=True, name="mlbook-sandbox-start"
+        )
+        self._thread.start()
+
+    def _start(self, **kwargs):
+        try:
+            self._runner = Runner(**kwargs)
+        except BaseException as err:  # noqa: BLE001 - raised again where it is taken
+            self._error = err
+
+    def take(self) -> Runner:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        runner, self._runner = self._runner, None
+        if runner is None:
+            raise Crashed()  # taken twice: a programming error, never a grade
+        return runner
+
+    def close(self):
+        self._thread.join()
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+
 def _close_fd(fd):
     try:
         os.close(fd)

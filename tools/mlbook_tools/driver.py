@@ -25,6 +25,7 @@ import os
 import pathlib
 import re
 import secrets
+import threading
 import time
 import types
 import warnings
@@ -685,6 +686,14 @@ def _reference_with(proxies: dict) -> dict:
     return ns
 
 
+def _warm_up() -> None:
+    """What the checks import on first use, imported while the sandbox runs the notebook's cells (the
+    driver only waits then): the reference PPO loop, and ``torch._dynamo``, which torch imports at the
+    first optimizer it makes (half a second of CPU). Imports only: nothing runs, no state is set."""
+    import torch._dynamo  # noqa: F401
+    from mlbook_solutions import ppo_lm  # noqa: F401
+
+
 @dataclass
 class Verdict:
     grade_id: str
@@ -712,6 +721,8 @@ def grade_plan(
     ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
     backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
+    warm = threading.Thread(target=_warm_up, daemon=True, name="mlbook-warm-up")
+    warm.start()
     t_start = time.monotonic()
     deadline = t_start + limits.budget_seconds
     if wall_deadline is None:
@@ -748,6 +759,7 @@ def grade_plan(
             for gid, why in session.bad_cells.items():
                 plan.problems.append(f"cell {gid!r} {why}; it was skipped")
             session.close()
+        warm.join()
     return {
         "verdicts": verdicts,
         "problems": plan.problems,

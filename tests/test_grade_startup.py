@@ -93,3 +93,13 @@ def test_a_refused_file_closes_the_sandbox_started_for_it(tmp_path):
         parent = sandbox._own_cgroup(controller)
         if parent is not None and parent.is_dir():
             assert not list(parent.glob(f"mlbook-sandbox-{os.getpid()}-*")), controller
+
+
+@pytest.mark.sandbox
+def test_the_solved_notebook_grades_in_one_runner_with_no_note():
+    """Through the whole entry point (the runner started before the plan, ``sandbox.Starting``): full
+    core points, no cell skipped, no restart. A runner made on a thread that then ends is killed by
+    bubblewrap's --die-with-parent at the first cell: the first cell would be noted and skipped."""
+    result = grade_notebook(ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb")
+    assert result.core.score == result.core.max_score > 0
+    assert result.problems == [] and result.cell_errors == {}, (result.problems, result.cell_errors)

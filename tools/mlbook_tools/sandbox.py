@@ -535,6 +535,7 @@ class Runner:
         start_timeout: float = 60,
         kill_at: float | None = None,
         limits: GradingLimits = DEFAULT_LIMITS,
+        wait: bool = True,
     ):
         self.limits = limits
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
@@ -619,8 +620,14 @@ class Runner:
         self.kill_at = kill_at
         if kill_at is not None:
             threading.Thread(target=self._watchdog, daemon=True).start()
+        if wait:
+            self.wait_started(start_timeout)
+
+    def wait_started(self, timeout: float) -> None:
+        """The first request (it asks for nothing) answered within ``timeout``: the runner is up, its
+        start-up charged like any request. SandboxUnavailable (the runner closed) if not."""
         try:
-            self.request({"op": "defined", "names": []}, timeout=start_timeout)
+            self.request({"op": "defined", "names": []}, timeout=timeout)
         except RunnerDied as err:
             self.close()
             raise SandboxUnavailable(
@@ -774,25 +781,34 @@ class Runner:
 
 
 class Starting:
-    """A ``Runner`` started on a thread of its own, so that the sandbox's start-up (bubblewrap, then its
-    Python importing torch and IPython: about a second of one CPU) runs while this process imports
-    torch and nbformat and plans the cells on another core. The Runner is the one ``Runner(**kwargs)``
-    would make in place (same bounds, its start-up charged the same). ``take`` waits for it and returns
-    it, or raises what its start raised; ``close`` ends one nobody took (a refused file)."""
+    """A ``Runner`` whose start-up is waited for on a thread of its own, so that the sandbox's start
+    (bubblewrap, then its Python importing torch and IPython: about a second of one CPU) runs while
+    this process imports torch and nbformat and plans the cells on another core. The process is
+    made here, on the caller's thread: bubblewrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) fires
+    when the THREAD that made it ends, so a thread that only waits must not make it. The Runner is
+    the one ``Runner(**kwargs)`` would make in place (same bounds, its start-up charged the same).
+    ``take`` waits for it and returns it, or raises what its start raised; ``close`` ends one nobody
+    took (a refused file)."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, start_timeout: float = 60, **kwargs):
         self._runner: Runner | None = None
         self._error: BaseException | None = None
+        try:
+            self._runner = Runner(wait=False, **kwargs)
+        except Exception as err:  # noqa: BLE001 - raised again where it is taken
+            self._error = err
         self._thread = threading.Thread(
-            target=self._start, kwargs=kwargs, daemon=True, name="mlbook-sandbox-start"
+            target=self._wait, args=(start_timeout,), daemon=True, name="mlbook-sandbox-start"
         )
         self._thread.start()
 
-    def _start(self, **kwargs):
+    def _wait(self, timeout: float):
+        if self._runner is None:
+            return
         try:
-            self._runner = Runner(**kwargs)
+            self._runner.wait_started(timeout)
         except BaseException as err:  # noqa: BLE001 - raised again where it is taken
-            self._error = err
+            self._runner, self._error = None, err
 
     def take(self) -> Runner:
         self._thread.join()

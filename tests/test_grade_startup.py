@@ -29,7 +29,9 @@ import sys
 from mlbook_tools import cli
 cli._without_iri_grammar()
 from mlbook_tools import driver, grading, sandbox
+from mlbook_tools.config import layout
 from mlbook_tools.result import GradingResult
+grading.course_limits(layout().course)  # the course config's limits, read without running it
 driver._warm_up()
 cli.print_report(GradingResult({}, {}, problems=["\\x1b[2J"], output="", seconds=0.0, cell_errors={}))
 heavy = [m for m in ("nbconvert", "nbgrader", "jinja2", "sqlalchemy", "lark") if m in sys.modules]

@@ -138,7 +138,54 @@ def course_limits(course: pathlib.Path) -> GradingLimits:
     path = pathlib.Path(course) / "nbgrader_config.py"
     if not path.is_file():
         return DEFAULT_LIMITS
+    literal = _literal_settings(path)
+    if literal is not None:
+        return limits_from_config({"SandboxedExecute": literal})
     return limits_from_config(PyFileConfigLoader(path.name, str(path.parent)).load_config())
+
+
+def _literal_settings(path: pathlib.Path) -> dict | None:
+    """``c.SandboxedExecute.limits`` / ``.budget`` of a config file whose every SandboxedExecute
+    setting is such a top-level assignment of a literal: read without running the file, which imports
+    nbgrader's and the course's plugins (a second of a `mlbook grade` otherwise). None for any other
+    form (set in a block, computed, a sub-config): the file is then run, as nbgrader runs it."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if "load_subconfig" in ast.dump(tree):
+        return None
+    top = {id(stmt) for stmt in tree.body}
+    found: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "SandboxedExecute":
+            return None  # c["SandboxedExecute"], getattr(c, ...): not read here
+        if not (isinstance(node, ast.Attribute) and node.attr == "SandboxedExecute"):
+            continue
+        owner = next(
+            (
+                stmt
+                for stmt in tree.body
+                if isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Attribute)
+                and stmt.targets[0].value is node
+            ),
+            None,
+        )
+        if (
+            owner is None
+            or id(owner) not in top
+            or owner.targets[0].attr not in ("limits", "budget")
+        ):
+            return None
+        try:
+            found[owner.targets[0].attr] = ast.literal_eval(owner.value)
+        except ValueError:
+            return None
+    return found
 
 
 def refused_result(source_nb, err: Exception) -> GradingResult:

@@ -6,13 +6,17 @@ every text from a student's code passes ``printable`` and is capped."""
 from __future__ import annotations
 
 import copy
-import re
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
 from mlbook_tools.notebook_order import grade_id, merged
-from mlbook_tools.result import CellGrade, GradingResult, is_extra
+from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
+    CellGrade,
+    GradingResult,
+    is_extra,
+    printable,
+)
 
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -29,15 +33,6 @@ def strip_hidden_tests(source: str) -> str:
         elif not hidden:
             kept.append(line)
     return "\n".join(kept)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without control characters but newline and tab: a student's error message cannot move
-    a terminal's cursor, hide lines or recolour a report (ANSI escapes)."""
-    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
 
 
 def _cap(text: str, limit: int = OUTPUT_CAP) -> str:

@@ -868,6 +868,9 @@ class Starting:
         return runner
 
     def close(self):
+        runner = self._runner
+        if runner is not None and self._thread.is_alive():
+            runner.kill()  # a start nobody will take (a refused file): ended now, not once it is up
         self._thread.join()
         if self._runner is not None:
             self._runner.close()

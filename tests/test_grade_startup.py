@@ -18,6 +18,8 @@ from mlbook_tools import sandbox
 from mlbook_tools.grading import grade_notebook
 from mlbook_tools.limits import DEFAULT
 
+pytestmark = pytest.mark.sandbox  # grades the solved notebook; starts sandboxes
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

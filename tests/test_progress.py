@@ -99,9 +99,9 @@ def test_a_terminal_shows_a_line_per_section(tmp_path):
     assert code[2].outputs[0]["data"]["text/plain"] == "2"
 
 
-def test_piped_output_has_one_line_per_notebook(tmp_path):
-    nb = _tiny(tmp_path)
-    run = subprocess.run(
+def _execute_tiny(tmp_path) -> subprocess.CompletedProcess:
+    """``mlbook_tools.execute`` on nbs/tiny.ipynb, piped (no terminal)."""
+    return subprocess.run(
         [*EXECUTE, "nbs/tiny.ipynb"],
         cwd=tmp_path,
         env=ENV,
@@ -109,6 +109,11 @@ def test_piped_output_has_one_line_per_notebook(tmp_path):
         text=True,
         timeout=120,
     )
+
+
+def test_piped_output_has_one_line_per_notebook(tmp_path):
+    nb = _tiny(tmp_path)
+    run = _execute_tiny(tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout == ""
     ours = [ln for ln in run.stderr.splitlines() if "tiny" in ln]
@@ -119,14 +124,7 @@ def test_piped_output_has_one_line_per_notebook(tmp_path):
 
 def test_a_failing_cell_stops_with_exit_1(tmp_path):
     _tiny(tmp_path, last="raise ValueError('broken on purpose')")
-    run = subprocess.run(
-        [*EXECUTE, "nbs/tiny.ipynb"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = _execute_tiny(tmp_path)
     assert run.returncode == 1, run.stderr
     assert "error: nbs/tiny.ipynb failed while executing" in run.stderr
     assert "broken on purpose" in run.stderr
@@ -157,14 +155,7 @@ def test_the_kernel_runs_encrypted_and_says_no_tcp_warning(tmp_path):
         tmp_path,
         last="import json, ipykernel.connect as c\nprint(bool(json.load(open(c.get_connection_file())).get('curve_publickey')))",
     )
-    run = subprocess.run(
-        [*EXECUTE, "nbs/tiny.ipynb"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = _execute_tiny(tmp_path)
     assert run.returncode == 0, run.stderr
     assert "running over TCP" not in run.stderr, run.stderr
     assert _executed(tmp_path, nb)[2].outputs[0]["text"] == "True\n"

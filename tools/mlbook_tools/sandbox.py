@@ -631,6 +631,8 @@ class Runner:
         start-up charged like any request. SandboxUnavailable (the runner closed) if not."""
         try:
             self.request({"op": "defined", "names": []}, timeout=timeout)
+            # the processes of a sandbox at rest: more after an interrupted request are the student's
+            self.at_rest = len(self.cgroup.pids()) if self.cgroup is not None else 0
         except RunnerDied as err:
             self.close()
             raise SandboxUnavailable(
@@ -757,8 +759,11 @@ class Runner:
             reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
             self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
-            if cut:
+            if cut and not self._strays():
                 raise Interrupted()
+            if cut:  # what it started lives on past the interrupt, on the budget: a restart instead
+                s0, cut = None, []
+                raise TimeoutError("timeout")
             return reply, rblobs
         except Interrupted:
             raise
@@ -779,6 +784,10 @@ class Runner:
         if isinstance(failure, Crashed) and self.oom:
             failure = MemoryLimit()
         raise failure
+
+    def _strays(self) -> bool:
+        """Whether the sandbox holds more processes than at rest (what the student's code started)."""
+        return self.cgroup is not None and len(self.cgroup.pids()) > getattr(self, "at_rest", 0)
 
     def _interrupt(self) -> bool:
         """SIGINT to the sandboxed Python (its host pid), as Jupyter's interrupt; False if it cannot be sent."""

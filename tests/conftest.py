@@ -183,3 +183,20 @@ def graded_class(request, tmp_path_factory):
     return gc.grade(
         tmp_path_factory.mktemp("class") / "course", fast=False in tiers, full=True in tiers
     )
+
+
+@pytest.fixture
+def fragments(tmp_path, monkeypatch):
+    """A copy of the chapter's fragments that ``mlbook build`` reads instead of the real ones."""
+    import shutil
+
+    from mlbook_tools import build
+    from mlbook_tools.config import layout
+
+    folder = tmp_path / "rlhf_ppo"
+    shutil.copytree(layout().chapters_src / "rlhf_ppo", folder)
+    real = layout()
+    monkeypatch.setattr(
+        build, "layout", lambda: real.__class__(**{**vars(real), "chapters_src": tmp_path})
+    )
+    return folder

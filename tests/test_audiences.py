@@ -6,7 +6,6 @@ Pure reads of the fragments and the generated files (test_audiences_release.py a
 ``nbgrader generate_assignment`` for the course's release)."""
 
 import re
-import shutil
 
 import nbformat
 import pytest
@@ -56,17 +55,6 @@ def test_both_renderings_share_every_cell_but_the_instructions():
     assert only, "no cell differs: the renderings are one"
     with pytest.raises(ValueError, match="audience"):
         build.source_notebook("rlhf_ppo", "teacher")
-
-
-@pytest.fixture
-def fragments(tmp_path, monkeypatch):
-    folder = tmp_path / "rlhf_ppo"
-    shutil.copytree(layout().chapters_src / "rlhf_ppo", folder)
-    real = layout()
-    monkeypatch.setattr(
-        build, "layout", lambda: real.__class__(**{**vars(real), "chapters_src": tmp_path})
-    )
-    return folder
 
 
 def test_code_or_both_tags_for_one_audience_fail_the_build(fragments):

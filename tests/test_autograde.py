@@ -18,6 +18,7 @@ import grading_catalog as cat
 import nbformat
 import pytest
 from graded_class import CORE, CORE_MAX, EXTRA_AUTO, MISTAKES, NB, ROOT, submit, written_answers
+from mlbook_tools import build
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.grading import read_scores, run_nbgrader
 
@@ -41,12 +42,19 @@ def test_the_release_is_the_committed_student_notebook_without_solutions(graded_
     ):
         assert leak not in text
 
-    def cells(path):
-        return [(c.cell_type, c.source) for c in nbformat.read(path, as_version=4).cells]
+    def cells(path, audience):
+        """Every cell but the instructions of one audience (build.AUDIENCES), and those apart."""
+        shared, own = [], []
+        for c in nbformat.read(path, as_version=4).cells:
+            tags = set(c.metadata.get("tags", [])) & set(build.AUDIENCES)
+            (own if tags else shared).append((c.cell_type, c.source))
+            assert tags <= {audience}, (path, tags)
+        return shared, own
 
-    assert cells(graded_class.course / "release" / NB / f"{NB}.ipynb") == cells(
-        ROOT / "chapters" / f"{NB}.ipynb"
-    )
+    course, course_own = cells(graded_class.course / "release" / NB / f"{NB}.ipynb", build.COURSE)
+    solo, solo_own = cells(ROOT / "chapters" / f"{NB}.ipynb", build.SELF_PACED)
+    assert course == solo  # one source: the two renderings differ in their instructions only
+    assert course_own and solo_own and course_own != solo_own
 
 
 def test_mistakes_lose_points_on_their_tests_only(graded_class):

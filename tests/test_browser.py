@@ -378,3 +378,97 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     assert len(wide) == 1 and wide[0][f"rlhf_ppo:{gid}"] == "0.5"
     assert wide[0]["rlhf_ppo:timestamp"].startswith("2026-11-30T12:00") and "email" in wide[0]
     json.dumps(wide)  # plain strings, ready for an LMS upload
+
+
+@pytest.mark.full  # a minute: grade-class (nothing run) and formgrader's pages
+def test_formgrader_flags_what_grade_class_could_not_grade(browser, tmp_path):
+    """A misnamed, an unreadable and a refused submission: formgrader's list, Manual Grading's
+    list, the submission page and the feedback page each say which and why (issue 32 item 4)."""
+    mlbook = str(BIN / "mlbook")
+    course = tmp_path / "course"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    assert subprocess.run([mlbook, "new-course", str(course)], capture_output=True).returncode == 0
+    subs = {s: course / "submitted" / s / "rlhf_ppo" for s in ("alice", "bob", "carol")}
+    for folder in subs.values():
+        folder.mkdir(parents=True)
+        (folder / "timestamp.txt").write_text("2026-11-30 12:00:00.000000 UTC")
+    shutil.copy(layout().solved / "rlhf_ppo.ipynb", subs["alice"] / "rlhf_ppo-Copy1.ipynb")
+    (subs["bob"] / "rlhf_ppo.ipynb").write_text('{"cells": [')  # cut short: unreadable
+    cells = [nbformat.v4.new_code_cell("x = 1") for _ in range(2001)]  # past max_cells: refused
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), subs["carol"] / "rlhf_ppo.ipynb")
+    run = subprocess.run(
+        [mlbook, "grade-class", "--course", "."],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1, run.stderr[-2000:]  # a misnamed submission is not a success
+    assert "REFUSED: too large" in run.stdout and "UNREADABLE: " in run.stdout, run.stdout
+    assert "awaiting manual grading" not in run.stdout
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        carol = gb.find_submission_notebook("rlhf_ppo", "rlhf_ppo", "carol").id
+    wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    with Server("server", course, tmp_path / "server.log") as server:
+        # the token logs in at /formgrader: the login cookie's default path covers every page below
+        browser.get(server.url("/formgrader"))
+        wait.until(lambda d: "manage_assignments" in d.current_url)
+        browser.get(server.url("/formgrader/manage_submissions/rlhf_ppo"))
+
+        def rows(d):
+            found = {}
+            for tr in d.find_elements(By.CSS_SELECTOR, "#main-table tr"):
+                tds = tr.find_elements(By.TAG_NAME, "td")
+                if len(tds) > 3 and tds[1].text in subs:
+                    found[tds[1].text] = (tds[0].text, tds[3].text, tr)
+            return found if len(found) == 3 and all(r[1] for r in found.values()) else None
+
+        table = wait.until(rows)
+        for student, kind, words in (
+            ("alice", "misnamed", "rlhf_ppo-Copy1.ipynb"),
+            ("bob", "unreadable", "not a readable notebook"),
+            ("carol", "refused", "too large: 2001"),
+        ):
+            name, status, _ = table[student]
+            assert name == student, name  # no names: the id alone, never "alice," or "None, None"
+            assert status.startswith(kind) and words in status and "grade-class" in status, status
+            assert "needs" not in status, status  # never "needs autograding"/"needs manual grading"
+        # Autograde on the misnamed one: its one-line reason, no traceback
+        table["alice"][2].find_element(By.CSS_SELECTOR, ".autograde a").click()
+        modal = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#error-modal .modal-body"))
+        wait.until(lambda d: "MISNAMED" in modal.text)
+        assert "Traceback" not in modal.text and "generate_assignment" not in modal.text
+        assert "Rename the notebook to rlhf_ppo.ipynb" in modal.text, modal.text
+        # Manual Grading's list: the flag where "needs manual grade" was; written answers' extra credit
+        browser.get(server.url("/formgrader/gradebook/rlhf_ppo/rlhf_ppo"))
+        shown = wait.until(
+            lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#main-table .mlbook-flag")]
+        )
+        assert len(shown) == 2 and "too large: 2001" in " ".join(shown), shown  # bob and carol
+        assert "not a readable notebook" in " ".join(shown), shown
+        assert "needs manual grade" not in browser.find_element(By.ID, "main-table").text
+        written = browser.find_elements(By.CSS_SELECTOR, "#main-table .written-score")
+        assert written and all(w.text == "0 / 6 extra credit" for w in written), [
+            w.text for w in written
+        ]
+        # the submission page says it above the notebook
+        browser.get(server.url(f"/formgrader/submissions/{carol}/"))
+        banner = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".mlbook-flag"))
+        assert banner.text.startswith("REFUSED: too large: 2001") and "grade-class" in banner.text
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), "generate_feedback", "rlhf_ppo", "--force"],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    _offline(browser)
+    for student, kind in (("bob", "unreadable"), ("carol", "refused")):
+        browser.get((course / "feedback" / student / "rlhf_ppo" / "rlhf_ppo.html").as_uri())
+        body = wait.until(lambda d: d.find_element(By.TAG_NAME, "body")).text
+        assert f"Not graded ({kind}):" in body and "hand it in again" in body
+        assert "Awaiting manual grading" not in body and "awaiting manual grading" not in body

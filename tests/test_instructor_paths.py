@@ -195,3 +195,14 @@ def test_feedback_page_typesets_its_math_when_copied_alone(course, tmp_path):
         driver.quit()
     total, visible, errors = drawn
     assert total > 300 and visible == total and errors == 0, drawn
+
+
+def test_a_rerun_prints_every_score_and_names_the_failing_checks(course):
+    """Issue 32: the rerun printed no score, and no line named a failing check."""
+    _, _, first, again = course
+    carol = [ln for ln in again.stdout.splitlines() if ln.startswith("carol ")]
+    assert len(carol) == 1 and "core" in carol[0] and "(unchanged, kept)" in carol[0], again.stdout
+    assert "failed: test_" in carol[0], carol  # the release's stubs fail checks, named
+    bob = [ln for ln in first.stdout.splitlines() if ln.startswith("bob ")]
+    assert bob and "UNREADABLE: " in bob[0] and "awaiting manual grading" not in bob[0], bob
+    assert "grade-class" in bob[0]  # what to do

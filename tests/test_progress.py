@@ -99,9 +99,9 @@ def test_a_terminal_shows_a_line_per_section(tmp_path):
     assert code[2].outputs[0]["data"]["text/plain"] == "2"
 
 
-def test_piped_output_has_one_line_per_notebook(tmp_path):
-    nb = _tiny(tmp_path)
-    run = subprocess.run(
+def _execute_tiny(tmp_path) -> subprocess.CompletedProcess:
+    """``mlbook_tools.execute`` on nbs/tiny.ipynb, piped (no terminal)."""
+    return subprocess.run(
         [*EXECUTE, "nbs/tiny.ipynb"],
         cwd=tmp_path,
         env=ENV,
@@ -109,6 +109,11 @@ def test_piped_output_has_one_line_per_notebook(tmp_path):
         text=True,
         timeout=120,
     )
+
+
+def test_piped_output_has_one_line_per_notebook(tmp_path):
+    nb = _tiny(tmp_path)
+    run = _execute_tiny(tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout == ""
     ours = [ln for ln in run.stderr.splitlines() if "tiny" in ln]
@@ -119,14 +124,7 @@ def test_piped_output_has_one_line_per_notebook(tmp_path):
 
 def test_a_failing_cell_stops_with_exit_1(tmp_path):
     _tiny(tmp_path, last="raise ValueError('broken on purpose')")
-    run = subprocess.run(
-        [*EXECUTE, "nbs/tiny.ipynb"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = _execute_tiny(tmp_path)
     assert run.returncode == 1, run.stderr
     assert "error: nbs/tiny.ipynb failed while executing" in run.stderr
     assert "broken on purpose" in run.stderr
@@ -147,3 +145,37 @@ def test_mlbook_build_shows_a_line_per_stage_when_watched():
     stages = re.findall(r"^\[\s*\d+s\] (.+)$", run.stderr, re.M)
     assert run.returncode == 0 and len(stages) >= 3, run.stderr
     assert any("generate_assignment" in s for s in stages), stages
+
+
+def test_the_kernel_runs_encrypted_and_says_no_tcp_warning(tmp_path):
+    """`make chapter`'s kernels get CurveZMQ keys from their kernel manager (the kernelspec declares
+    curve support): ipykernel's "Kernel is running over TCP without encryption" is not printed, and
+    the kernel's own connection file holds the key (not hidden: there is nothing to warn about)."""
+    nb = _tiny(
+        tmp_path,
+        last="import json, ipykernel.connect as c\nprint(bool(json.load(open(c.get_connection_file())).get('curve_publickey')))",
+    )
+    run = _execute_tiny(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "running over TCP" not in run.stderr, run.stderr
+    assert _executed(tmp_path, nb)[2].outputs[0]["text"] == "True\n"
+
+
+def test_make_chapter_says_what_it_installs_and_ends_on_where_to_look():
+    """The first `make chapter` installs .venv (minutes, pip quiet): its first line says so; the last
+    line of `make chapter` is where to look, not nbconvert's byte count (`make -n` prints the plan)."""
+    env = {**ENV, "MAKEFLAGS": ""}
+    fresh = subprocess.run(
+        ["make", "-n", "-B", "chapter", "VENV=/nonexistent-venv"],
+        cwd=layout().root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    lines = [ln for ln in fresh.stdout.splitlines() if ln.strip()]
+    assert lines[0].startswith("echo") and "installing the pinned environment" in lines[0], lines[
+        :3
+    ]
+    assert lines[-1].startswith("echo") and "open build/rlhf_ppo.html" in lines[-1], lines[-3:]

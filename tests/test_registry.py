@@ -4,8 +4,6 @@ Adding a graded function is one check with its decorator and one fragment header
 the test cell (points, hidden check, call) from the registry and refuses a header key it does not know.
 """
 
-import shutil
-
 import jupytext
 import nbformat
 import pytest
@@ -54,18 +52,6 @@ def test_a_check_must_take_seed_last_and_ids_are_unique():
         graded("test_x", 1)(lambda fn: None)
     with pytest.raises(ValueError, match="twice"):
         graded(next(iter(CHECKS)), 1)(lambda fn, seed=0: None)
-
-
-@pytest.fixture
-def fragments(tmp_path, monkeypatch):
-    """A copy of the chapter's fragments that ``mlbook build`` reads instead of the real ones."""
-    folder = tmp_path / "rlhf_ppo"
-    shutil.copytree(layout().chapters_src / "rlhf_ppo", folder)
-    real = layout()
-    monkeypatch.setattr(
-        build, "layout", lambda: real.__class__(**{**vars(real), "chapters_src": tmp_path})
-    )
-    return folder
 
 
 def _edit(folder, old, new):

@@ -52,9 +52,10 @@ def test_nbgrader_autograde_refuses_an_unsafe_id_before_anything_runs(student):
 class _Request:
     """What the Autograde button's handler touches, with nbgrader's API behind it a recorder."""
 
-    def __init__(self):
+    def __init__(self, course):
         self.written, self.graded = [], []
         self.settings = {"nbgrader_bad_setup": False}
+        self.coursedir = type("Dir", (), {"root": str(course)})()  # a course with no flags
         self.xsrf_token = "t"
         self.current_user = "instructor"
         self.api = type(
@@ -66,9 +67,9 @@ class _Request:
 
 
 @pytest.mark.parametrize("student", UNSAFE)
-def test_the_autograde_button_refuses_an_unsafe_id_without_echoing_it(student):
+def test_the_autograde_button_refuses_an_unsafe_id_without_echoing_it(student, tmp_path):
     assert guard.REPLACE[guard.api.AutogradeHandler] is guard.SafeIdAutograde
-    fake = _Request()
+    fake = _Request(tmp_path)
     guard.SafeIdAutograde.post.__wrapped__.__wrapped__.__wrapped__(fake, NB, student)
     assert fake.graded == []  # nbgrader's autograde (gradebook entry, folders) never reached
     reply = json.loads(fake.written[0])
@@ -76,8 +77,8 @@ def test_the_autograde_button_refuses_an_unsafe_id_without_echoing_it(student):
     assert student not in reply["error"] and "<" not in reply["error"]
 
 
-def test_the_autograde_button_grades_a_safe_id():
-    fake = _Request()
+def test_the_autograde_button_grades_a_safe_id(tmp_path):
+    fake = _Request(tmp_path)
     guard.SafeIdAutograde.post.__wrapped__.__wrapped__.__wrapped__(fake, NB, "alice")
     assert fake.graded == [(NB, "alice")]
 

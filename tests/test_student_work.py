@@ -365,3 +365,87 @@ def test_student_dist_never_ships_an_edited_release(tmp_path):
         assert not (tmp_path / "dist").exists()
     finally:
         path.write_bytes(before)
+
+
+def test_the_self_paced_lab_has_no_instructor_menus_and_no_exchange(tmp_path):
+    """Issue 32: a self-paced student's lab showed nbgrader's Formgrader, Create Assignment and Course
+    List menus and warned about a missing exchange. The command `mlbook start` prints opens a lab with
+    those plugins and server extensions off (Validate kept)."""
+    import os
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    work = tmp_path / "rlhf-ppo-work"
+    started = _run([*MLBOOK, "start", str(work)])
+    command = [ln for ln in started.stdout.splitlines() if ln.startswith("work there: ")]
+    assert command and "JUPYTER_CONFIG_PATH=" in command[0], started.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = os.urandom(8).hex()
+    extra = f" --no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token}"
+    extra += " --allow-root" if os.geteuid() == 0 else ""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_CONFIG")}
+    log = (tmp_path / "lab.log").open("w")
+    lab = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            command[0][len("work there: ") :] + extra,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+    def get(path):
+        url = f"http://127.0.0.1:{port}{path}?token={token}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, ""
+
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # an explicit wait for the server, not a fixed sleep
+            assert lab.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
+            try:
+                if get("/api/status")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        status, page = get("/lab")
+        assert status == 200
+        config = json.loads(
+            re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1)
+        )
+        off = config.get("disabledExtensions", [])  # JupyterLab's page config: a list of ids
+        off = [k for k, v in off.items() if v] if isinstance(off, dict) else off
+        for plugin in ("formgrader", "course-list", "create-assignment", "assignment-list"):
+            assert f"@jupyter/nbgrader:{plugin}" in off, off
+        assert get("/formgrader")[0] == 404  # formgrader's server extension is off too
+        # a kernel started in this lab gets CurveZMQ keys (its connection file holds them), so
+        # ipykernel has no "running over TCP without encryption" to warn about
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        start = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/kernels",
+            data=b'{"name": "python3"}',
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(start, timeout=60) as r:
+            kernel = json.load(r)["id"]
+        connection = pathlib.Path(jupyter_runtime_dir()) / f"kernel-{kernel}.json"
+        assert json.loads(connection.read_text()).get("curve_publickey"), connection
+    finally:
+        if lab.poll() is None:
+            os.killpg(lab.pid, 15)
+            lab.wait(30)
+        log.close()
+    said = (tmp_path / "lab.log").read_text()
+    assert "Loading the formgrader" not in said and "exchange" not in said.lower(), said[-3000:]
+    assert "running over TCP" not in said, said[-3000:]

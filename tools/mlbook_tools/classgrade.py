@@ -312,6 +312,8 @@ def grade_class(
                 pass
         jobs.append((student, str(nb_path), fp))
     _fill_gradebook(course, assignment, kept, results)
+    for student in kept:  # a rerun says every score too, not only the regraded ones
+        print(_line(student, results[student], assignment) + "  (unchanged, kept)", file=out)
     report_misnamed(course, assignment, results, out)
     report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
@@ -363,7 +365,7 @@ def grade_class(
             kept = {k: v for k, v in result.items() if k != "output"}
             (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
             results[student] = result
-            line = _line(student, result)
+            line = _line(student, result, assignment)
         if bar is not None:
             bar.write(line, file=out)
             bar.update()
@@ -525,7 +527,9 @@ def _marked(notebook: str | None, fp: str) -> str | None:
     if notebook is None:
         return None
     data = json.loads(notebook)
-    data.setdefault("metadata", {})["mlbook"] = {
+    mine = data.setdefault("metadata", {}).get("mlbook")
+    data["metadata"]["mlbook"] = {
+        **({"flag": mine["flag"]} if isinstance(mine, dict) and "flag" in mine else {}),
         "graded_by": "mlbook grade-class",
         "fingerprint": fp,
     }
@@ -545,7 +549,11 @@ def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> 
     return isinstance(meta, dict) and meta.get("fingerprint") == fp
 
 
-def _line(student: str, result: dict) -> str:
+def _line(student: str, result: dict, assignment: str = "rlhf_ppo") -> str:
+    """One student's line: core and extra credit, the failing checks by name, what awaits a person;
+    a refused or unreadable file its flag instead (nothing of it was read: never "awaiting")."""
+    from mlbook_tools.flags import from_result
+
     ex = result.get("extra_credit", {})
     problems = result.get("problems", [])
     failed = [
@@ -557,8 +565,11 @@ def _line(student: str, result: dict) -> str:
         f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
         f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s"
     )
+    flag = from_result(assignment, student, result)
+    if flag is not None:
+        return f"{text}  {flag.line()}"
     if failed:
-        text += f"  failed: {len(failed)}"
+        text += "  failed: " + ", ".join(failed)
     waiting = [*result.get("awaiting_manual", []), *ex.get("awaiting_manual", [])]
     if waiting:
         text += f"  awaiting manual grading: {len(waiting)}"

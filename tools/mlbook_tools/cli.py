@@ -156,7 +156,9 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"copied {name} to {out}")
         for name in kept:
             print(f"kept your {out / name} (never overwritten)")
-        print(f"work there: cd {out} && {pathlib.Path(sys.executable).parent / 'jupyter'} lab")
+        from mlbook_tools.workcopy import lab_command
+
+        print(f"work there: {lab_command(out)}")
         return 0
     if args.command == "handin":
         from mlbook.handin import main as handin_main
@@ -181,7 +183,8 @@ def _main(argv: list[str] | None = None) -> int:
 
         return build(check=args.check, execute=not args.no_execute)
 
-    from mlbook_tools import driver, sandbox
+    from mlbook_tools import sandbox  # light: torch and nbformat come with the engine, later
+    from mlbook_tools.errors import CannotGrade
     from mlbook_tools.grading import course_limits
 
     trusted = sandbox.trusted_mode(args.no_sandbox)
@@ -215,6 +218,7 @@ def _main(argv: list[str] | None = None) -> int:
     from mlbook_tools.progress import stage
 
     limits = course_limits(layout().course).with_options(args.limit)
+    _without_iri_grammar()
 
     stage(
         f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
@@ -229,8 +233,12 @@ def _main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (driver.CannotGrade, FileNotFoundError) as err:
-        print(f"error: cannot grade {args.path}: {err}", file=sys.stderr)
+    except (CannotGrade, FileNotFoundError) as err:
+        said = str(err)  # names the file once ("cannot read <path>: ..." already does)
+        print(
+            f"error: {said if str(args.path) in said else f'cannot grade {args.path}: {said}'}",
+            file=sys.stderr,
+        )
         return 1
     stage(f"graded in {result.seconds or 0:.0f} s")
     if args.json:
@@ -238,6 +246,15 @@ def _main(argv: list[str] | None = None) -> int:
     else:
         print_report(result)
     return 1 if result.error else 0
+
+
+def _without_iri_grammar() -> None:
+    """jsonschema (which nbformat imports) imports ``rfc3987_syntax`` if it can, and that package
+    compiles its lark grammars at import: about 0.7 s of CPU on a quiet machine, a third of what
+    ``mlbook grade`` spends outside the sandbox. It serves only a format checker's "iri" formats;
+    nbformat validates without a format checker (and its schemas name no format), so this process
+    never uses it. Marked absent (jsonschema then leaves those two formats unchecked), here only."""
+    sys.modules.setdefault("rfc3987_syntax", None)
 
 
 def _limit_option(parser) -> None:
@@ -293,7 +310,8 @@ def _class_summary(results: dict) -> int:
     )
     if unreadable:
         print(
-            f"UNREADABLE (recorded as such, flagged for manual grading): {', '.join(unreadable)}",
+            f"UNREADABLE OR REFUSED (scored 0, nothing of it run; its line above says why and what "
+            f"to do): {', '.join(unreadable)}",
             file=sys.stderr,
         )
     if misnamed:
@@ -327,7 +345,7 @@ def print_report(result) -> None:
 
     Messages carry text from the student's code (an exception's message): control characters are
     replaced, so no escape sequence can rewrite what the terminal shows."""
-    from mlbook_tools.feedback import printable
+    from mlbook_tools.result import printable
 
     if result.error:
         print(f"cannot grade this file: {printable(result.error)}")
@@ -345,16 +363,18 @@ def print_report(result) -> None:
         print(f"-    {name:50s} left blank: 0, nothing to grade by hand")
     core = result.core
     print(
-        f"core total: {core.score:g} / {core.max_score:g}    " + _part("extra credit", result.extra)
+        f"core total: {core.score:g} / {core.max_score:g}    "
+        + _part("extra credit", result.extra, waiting=not result.error)
     )
 
 
-def _part(label: str, part) -> str:
-    """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export show."""
+def _part(label: str, part, waiting: bool = True) -> str:
+    """``extra credit: 3 / 9 (awaiting manual grading: 6 points)``: the numbers feedback and export
+    show; a file that could not be graded has nothing awaiting a person (``waiting=False``)."""
     text = f"{label}: {part.score:g} / {part.max_score:g}"
     return text + (
         f" (awaiting manual grading: {len(part.awaiting_manual)} answers)"
-        if part.awaiting_manual
+        if part.awaiting_manual and waiting
         else ""
     )
 

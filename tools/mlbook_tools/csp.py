@@ -136,6 +136,10 @@ class CspTransform:
             env.autoescape = True
             if env.cache is not None:
                 env.cache.clear()
+        if env is not None:  # formgrader's pages show grade-class's flags (formgrader_guard)
+            from mlbook_tools.formgrader_guard import extend_templates
+
+            extend_templates(env)
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         base = self.settings.get("base_url", "/")

@@ -25,6 +25,7 @@ import os
 import pathlib
 import re
 import secrets
+import threading
 import time
 import types
 import warnings
@@ -68,7 +69,7 @@ def read_submission(path, limits: GradingLimits = DEFAULT_LIMITS) -> str:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(limits.max_notebook_bytes + 1)
     except OSError as err:
-        raise CannotGrade(f"cannot read {path}: {err}") from None
+        raise CannotGrade(f"cannot read {path}: {err.strerror or type(err).__name__}") from None
     _check_raw(head, size, limits)
     return head.decode("utf-8", errors="replace")
 
@@ -349,8 +350,12 @@ class Session:
         deadline: float,
         wall_deadline: float | None = None,
         limits: GradingLimits = DEFAULT_LIMITS,
+        starting=None,
     ):
         self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
+        self.starting = (
+            starting  # sandbox.Starting: the first runner, started before the plan was made
+        )
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         self.free = 0.0  # measured by the runners but not charged: start-ups, replays, bookkeeping
         self.ran: set[str] = set()  # cells charged once already (their replays are free)
@@ -418,9 +423,13 @@ class Session:
             start_seconds, self.hard_deadline - time.monotonic()
         )  # ends at the backstop too
         try:
-            self.runner = Runner(
-                trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
-            )
+            if self.starting is not None:  # the same Runner, its start-up overlapped with planning
+                starting, self.starting = self.starting, None
+                self.runner = starting.take()
+            else:
+                self.runner = Runner(
+                    trusted=self.trusted, start_timeout=start, kill_at=kill_at, limits=self.limits
+                )
             self.free += (
                 self.runner.charged
             )  # its start-up (bubblewrap, import torch) is the grader's
@@ -730,6 +739,14 @@ def _reference_with(proxies: dict) -> dict:
     return ns
 
 
+def _warm_up() -> None:
+    """What the checks import on first use, imported while the sandbox runs the notebook's cells (the
+    driver only waits then): the reference PPO loop, and ``torch._dynamo``, which torch imports at the
+    first optimizer it makes (half a second of CPU). Imports only: nothing runs, no state is set."""
+    import torch._dynamo  # noqa: F401
+    from mlbook_solutions import ppo_lm  # noqa: F401
+
+
 @dataclass
 class Verdict:
     grade_id: str
@@ -748,12 +765,17 @@ def grade_plan(
     trusted: bool = False,
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
+    starting=None,
 ) -> dict:
     """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
+
+    ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
 
     ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
     backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
+    warm = threading.Thread(target=_warm_up, daemon=True, name="mlbook-warm-up")
+    warm.start()
     t_start = time.monotonic()
     deadline = t_start + limits.budget_seconds
     if wall_deadline is None:
@@ -761,7 +783,7 @@ def grade_plan(
     verdicts: list[Verdict] = []
     session = None
     try:
-        session = Session(plan, trusted, deadline, wall_deadline, limits)
+        session = Session(plan, trusted, deadline, wall_deadline, limits, starting)
     except RunnerDied:
         plan.problems.append(
             "the notebook's code could not be loaded: it crashed or hung the Python process repeatedly"
@@ -791,6 +813,7 @@ def grade_plan(
                 left_out = "" if why.endswith("interrupted") else "; it was skipped"
                 plan.problems.append(f"cell {gid!r} {why}{left_out}")
             session.close()
+        warm.join()
     return {
         "verdicts": verdicts,
         "problems": plan.problems,

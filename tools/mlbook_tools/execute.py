@@ -59,6 +59,12 @@ class Progress:
             progress.stage(where.rstrip())
 
 
+# The kernel's channels encrypted with CurveZMQ keys the kernel manager provisions (the kernelspec
+# declares `supported_encryption: curve`): no plain-text traffic on 127.0.0.1, and so no "Kernel is
+# running over TCP without encryption" warning from ipykernel on every run.
+KERNEL_ENCRYPTION = "auto"
+
+
 def execute(path: pathlib.Path, out_dir: pathlib.Path, timeout: int) -> pathlib.Path:
     """Run every cell of ``path`` (in its own folder) and write the result to ``out_dir``."""
     nb = nbformat.read(path, as_version=4)
@@ -67,6 +73,7 @@ def execute(path: pathlib.Path, out_dir: pathlib.Path, timeout: int) -> pathlib.
     c.ExecutePreprocessor.enabled = True
     c.ExecutePreprocessor.timeout = timeout
     c.ExecutePreprocessor.on_cell_start = hook
+    c.KernelManager.transport_encryption = KERNEL_ENCRYPTION
     if hook.show:
         progress.stage(f"{path.stem}: executing {hook.total} code cells ({path})")
     body, _ = NotebookExporter(config=c).from_filename(str(path))

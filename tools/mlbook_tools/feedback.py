@@ -6,13 +6,17 @@ every text from a student's code passes ``printable`` and is capped."""
 from __future__ import annotations
 
 import copy
-import re
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
 from mlbook_tools.notebook_order import grade_id, merged
-from mlbook_tools.result import CellGrade, GradingResult, is_extra
+from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
+    CellGrade,
+    GradingResult,
+    is_extra,
+    printable,
+)
 
 OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -29,15 +33,6 @@ def strip_hidden_tests(source: str) -> str:
         elif not hidden:
             kept.append(line)
     return "\n".join(kept)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without control characters but newline and tab: a student's error message cannot move
-    a terminal's cursor, hide lines or recolour a report (ANSI escapes)."""
-    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
 
 
 def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
@@ -187,6 +182,10 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
         cells.append(cell)
     _fold_outputs(cells)  # a page shows the notebook's first 200 outputs (inert.py)
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
+    if result.error:  # refused or unreadable: formgrader's page and the feedback say so (flags.py)
+        from mlbook_tools.flags import from_error
+
+        nb.metadata.setdefault("mlbook", {})["flag"] = from_error(result.error).to_dict()
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"
         if cell.cell_type != "code":
@@ -243,12 +242,16 @@ class CoreExtraSummary(Preprocessor):
 
         from mlbook_tools.driver import cell_points
 
+        mine = nb.metadata.get("mlbook")
+        flag = mine.get("flag") if isinstance(mine, dict) else None
         result = GradingResult()
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
             gid = meta.get("grade_id", "")
+            if flag:  # nothing of the file was read: no written answer awaits a person
+                meta["needs_manual_grade"] = False
             result.grades[gid] = CellGrade(
                 gid,
                 float(meta.get("score") or 0.0),
@@ -265,7 +268,13 @@ class CoreExtraSummary(Preprocessor):
         lines = [
             f"**Core: {core.score:g} / {core.max_score:g} points.** Extra credit: {extra.score:g} / {extra.max_score:g} (optional, counted apart)."
         ]
-        if waiting:
+        if isinstance(flag, dict) and flag.get("kind"):
+            lines.insert(
+                0,
+                f"**Not graded ({printable(flag['kind'])}):** {printable(flag.get('reason', ''))}. "
+                + printable(flag.get("for_student", "")),
+            )
+        elif waiting:
             lines.append("Awaiting manual grading: " + ", ".join(waiting) + ".")
         nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n\n".join(lines)))
         return nb, resources

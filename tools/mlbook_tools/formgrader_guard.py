@@ -14,6 +14,13 @@ nbgrader 0.9.6's formgrader has two routes that act on what a student handed in:
   its assignments, as before); any other folder is refused. Configuration comes only from the
   course's own ``nbgrader_config.py`` (the server's folder) and the instructor's Jupyter config.
 
+formgrader also says what ``mlbook grade-class`` knows (``flags.py``): its submission lists' API
+answers carry each misnamed, refused or unreadable submission's flag (``mlbook_flag``) and the
+written answers' extra-credit maximum (``mlbook_written_extra_max``); ``templates/formgrader/``
+adds one script to every formgrader page that shows them (``extend_templates``), and the Autograde
+button on a flagged submission answers its one-line reason instead of running nbgrader (whose
+"did you forget to run generate_assignment?" and tracebacks say nothing of the cause).
+
 ``harden(web_app)`` puts mlbook's handlers in place of nbgrader's, whichever was loaded first: in
 the routes already registered, and in nbgrader's list of routes that formgrader registers when it
 loads (the course config, which calls ``csp.protect_running_server``, is read just before that).
@@ -23,11 +30,14 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 from nbgrader.server_extensions.formgrader import apihandlers as api
 from nbgrader.server_extensions.formgrader import handlers as fg
 from nbgrader.server_extensions.formgrader.base import check_notebook_dir, check_xsrf
 from tornado import web
+
+from mlbook_tools import flags
 
 
 class CourseRootOnly(fg.FormgraderHandler):
@@ -64,10 +74,78 @@ class NoSubmissionFiles(fg.BaseHandler):
     head = get
 
 
+def _course(handler) -> pathlib.Path:
+    return pathlib.Path(handler.coursedir.root)
+
+
+def _flagged(handler, assignment: str, rows: list) -> list:
+    """Rows of a submission list (dicts with ``student``), each flagged submission's flag added."""
+    found = flags.flags_of(_course(handler), assignment, [r.get("student") for r in rows])
+    extra = flags.written_extra_max(_course(handler), assignment)
+    for row in rows:
+        row["mlbook_flag"] = found.get(str(row.get("student")))
+        row["mlbook_written_extra_max"] = extra
+    return rows
+
+
+class FlaggedSubmissions(api.SubmissionCollectionHandler):
+    """``/formgrader/api/submissions/<assignment>``: nbgrader's list, each row's flag added."""
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def get(self, assignment_id):
+        rows = self.api.get_submissions(assignment_id)
+        self.write(json.dumps(_flagged(self, assignment_id, rows)))
+
+
+class FlaggedSubmission(api.SubmissionHandler):
+    """``/formgrader/api/submission/<assignment>/<student>``: one row (a refresh after Autograde)."""
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def get(self, assignment_id, student_id):
+        row = self.api.get_submission(assignment_id, student_id)
+        if row is None:
+            raise web.HTTPError(404, f"Invalid assignment: {assignment_id}")
+        self.write(json.dumps(_flagged(self, assignment_id, [row])[0]))
+
+
+class FlaggedNotebookSubmissions(api.SubmittedNotebookCollectionHandler):
+    """``/formgrader/api/submitted_notebooks/<assignment>/<notebook>``: Manual Grading's list."""
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def get(self, assignment_id, notebook_id):
+        rows = self.api.get_notebook_submissions(assignment_id, notebook_id)
+        self.write(json.dumps(_flagged(self, assignment_id, rows)))
+
+
+class FlaggedStudentSubmissions(api.StudentSubmissionCollectionHandler):
+    """``/formgrader/api/student_submissions/<student>``: one student's assignments."""
+
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def get(self, student_id):
+        rows = self.api.get_student_submissions(student_id)
+        for row in rows:
+            row.setdefault("student", student_id)
+            _flagged(self, row.get("name", ""), [row])
+        self.write(json.dumps(rows))
+
+
 class SafeIdAutograde(api.AutogradeHandler):
-    """The Autograde button (``POST /formgrader/api/submission/<assignment>/<student>/autograde``): a
-    student id outside the safe set (``exchange.STUDENT_ID``) is refused before nbgrader creates its
-    gradebook entry or folders, with the rule in the message the button shows."""
+    """The Autograde button (``POST /formgrader/api/submission/<assignment>/<student>/autograde``).
+
+    A student id outside the safe set (``exchange.STUDENT_ID``) is refused before nbgrader creates its
+    gradebook entry or folders, with the rule in the message the button shows (the id itself is not
+    echoed: the page may show the message as markup). A flagged submission answers its one-line
+    reason (no nbgrader run, no traceback): a misnamed folder is looked at as it is now; a refused or
+    unreadable file is checked again against the course's bounds (a file handed in again since is
+    graded as usual)."""
 
     @web.authenticated
     @check_xsrf
@@ -75,18 +153,48 @@ class SafeIdAutograde(api.AutogradeHandler):
     def post(self, assignment_id, student_id):
         from mlbook_tools.exchange import STUDENT_ID_RULE, student_id_problem
 
-        if student_id_problem(student_id) is None:
-            return api.AutogradeHandler.post(self, assignment_id, student_id)
-        why = (  # the id itself is not echoed: the page may show this message as markup
-            f"not autograded: this student id is not allowed (ids are {STUDENT_ID_RULE}); "
-            "rename its folder in submitted/ to such an id, then autograde it"
-        )
-        self.write(json.dumps({"success": False, "error": why, "log": why}))
+        if student_id_problem(student_id) is not None:
+            refused = (
+                f"not autograded: this student id is not allowed (ids are {STUDENT_ID_RULE}); "
+                "rename its folder in submitted/ to such an id, then autograde it"
+            )
+            self.write(json.dumps({"success": False, "error": refused, "log": refused}))
+            return
+        why = live_flag(_course(self), assignment_id, student_id)
+        if why is not None:
+            self.write(
+                json.dumps(
+                    {"success": False, "mlbook_flag": why.to_dict(), "log": "", "error": why.line()}
+                )
+            )
+            return
+        self.write(json.dumps(self.api.autograde(assignment_id, student_id)))
+
+
+def live_flag(course: pathlib.Path, assignment: str, student: str) -> flags.Flag | None:
+    """The flag of the file in ``submitted/`` as it is now (bounds checked, nothing run)."""
+    from mlbook_tools import driver
+    from mlbook_tools.grading import course_limits
+
+    flag = flags.flag_of(course, assignment, student)
+    if flag is None or flag.kind == "misnamed":
+        return flag
+    path = course / "submitted" / student / assignment / f"{assignment}.ipynb"
+    try:
+        limits = course_limits(course)
+        driver.bounded(driver.read_submission(path, limits), limits)
+    except driver.CannotGrade as err:  # TooLarge is one
+        return flags.from_error(str(err))
+    return None  # fixed since: nbgrader's autograde grades it (through the sandboxed engine)
 
 
 REPLACE = {
     fg.FormgraderHandler: CourseRootOnly,
     fg.SubmissionFilesHandler: NoSubmissionFiles,
+    api.SubmissionCollectionHandler: FlaggedSubmissions,
+    api.SubmissionHandler: FlaggedSubmission,
+    api.SubmittedNotebookCollectionHandler: FlaggedNotebookSubmissions,
+    api.StudentSubmissionCollectionHandler: FlaggedStudentSubmissions,
     api.AutogradeHandler: SafeIdAutograde,
 }
 
@@ -117,3 +225,22 @@ def harden(web_app) -> None:
     fg.default_handlers[:] = [_swap(spec) for spec in fg.default_handlers]
     api.default_handlers[:] = [_swap(spec) for spec in api.default_handlers]
     _walk(web_app.default_router)  # a few hundred rules: cheap enough on every config load
+
+
+TEMPLATES = pathlib.Path(__file__).parent / "templates" / "formgrader"
+
+
+def extend_templates(env) -> None:
+    """formgrader's page templates (a Jinja environment) with mlbook's ``base.tpl`` first: nbgrader's
+    own, plus the script that shows the flags, names and extra-credit maxima (once per environment)."""
+    from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
+
+    if getattr(env, "mlbook_extended", False):
+        return
+    original = env.loader
+    env.loader = ChoiceLoader(
+        [FileSystemLoader(str(TEMPLATES)), PrefixLoader({"nbgrader": original}), original]
+    )
+    env.mlbook_extended = True
+    if env.cache is not None:
+        env.cache.clear()

@@ -12,6 +12,7 @@ plugins are in ``plugins.py``, what students read in ``feedback.py``.
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import subprocess
@@ -20,10 +21,9 @@ import time
 import warnings
 
 from mlbook_tools.config import layout
-from mlbook_tools.feedback import printable
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
-from mlbook_tools.result import CellGrade, GradingResult, is_extra
+from mlbook_tools.result import CellGrade, GradingResult, is_extra, printable
 
 KERNEL_AUTOGRADE = """
 # A reference course: plain `nbgrader autograde`, the notebook executed in a real kernel, unconfined
@@ -138,7 +138,54 @@ def course_limits(course: pathlib.Path) -> GradingLimits:
     path = pathlib.Path(course) / "nbgrader_config.py"
     if not path.is_file():
         return DEFAULT_LIMITS
+    literal = _literal_settings(path)
+    if literal is not None:
+        return limits_from_config({"SandboxedExecute": literal})
     return limits_from_config(PyFileConfigLoader(path.name, str(path.parent)).load_config())
+
+
+def _literal_settings(path: pathlib.Path) -> dict | None:
+    """``c.SandboxedExecute.limits`` / ``.budget`` of a config file whose every SandboxedExecute
+    setting is such a top-level assignment of a literal: read without running the file, which imports
+    nbgrader's and the course's plugins (a second of a `mlbook grade` otherwise). None for any other
+    form (set in a block, computed, a sub-config): the file is then run, as nbgrader runs it."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if "load_subconfig" in ast.dump(tree):
+        return None
+    top = {id(stmt) for stmt in tree.body}
+    found: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "SandboxedExecute":
+            return None  # c["SandboxedExecute"], getattr(c, ...): not read here
+        if not (isinstance(node, ast.Attribute) and node.attr == "SandboxedExecute"):
+            continue
+        owner = next(
+            (
+                stmt
+                for stmt in tree.body
+                if isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Attribute)
+                and stmt.targets[0].value is node
+            ),
+            None,
+        )
+        if (
+            owner is None
+            or id(owner) not in top
+            or owner.targets[0].attr not in ("limits", "budget")
+        ):
+            return None
+        try:
+            found[owner.targets[0].attr] = ast.literal_eval(owner.value)
+        except ValueError:
+            return None
+    return found
 
 
 def refused_result(source_nb, err: Exception) -> GradingResult:
@@ -171,11 +218,13 @@ def grade_submission(
     trusted: bool = False,
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
+    starting=None,
 ) -> tuple[GradingResult, object]:
     """Grade one notebook's text: (its GradingResult, the plan or None).
 
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
-    backstop, which the entry points count from reading the file."""
+    backstop, which the entry points count from reading the file. ``starting``: a ``sandbox.Starting``
+    with these bounds, the first runner (its owner closes it if it is not taken)."""
     from mlbook_tools import driver
 
     try:
@@ -183,7 +232,14 @@ def grade_submission(
     except driver.CannotGrade as err:
         return refused_result(source_nb, err), None
     run = driver.grade_plan(
-        plan, checks, secret, student, trusted=trusted, wall_deadline=wall_deadline, limits=limits
+        plan,
+        checks,
+        secret,
+        student,
+        trusted=trusted,
+        wall_deadline=wall_deadline,
+        limits=limits,
+        starting=starting,
     )
     written = [gid for gid, _ in plan.manual]
     blank = blank_written_answers(plan.notebook) & set(written)  # 0, nothing to grade by hand
@@ -214,29 +270,45 @@ def grade_notebook(
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
 
     ``limits``: by default the course config's (``course_limits``); ``timeout``, if given, replaces
-    their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here."""
-    from mlbook_tools import driver
+    their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here.
+
+    The sandbox starts first, on a thread (``sandbox.Starting``): its start-up runs on one core while
+    this process imports torch and nbformat (``driver``) and plans the cells on another."""
+    from mlbook_tools import sandbox
 
     t0 = time.monotonic()
     course_dir = pathlib.Path(course) if course else layout().course
     limits = limits or course_limits(course_dir)
     if timeout:
         limits = limits.replace(budget_seconds=float(timeout))
-    source_nb, checks, secret = load_course(course_dir, assignment)
-    try:
-        text = driver.read_submission(path, limits)  # bounded before it is read whole
-    except driver.TooLarge as err:
-        return refused_result(source_nb, err)
-    result, _ = grade_submission(
-        text,
-        source_nb,
-        checks,
-        secret,
-        student,
+    wall_deadline = t0 + limits.budget_seconds * limits.wall_factor
+    starting = sandbox.Starting(  # the bounds Session._start gives its first runner
         trusted=trusted,
+        start_timeout=min(limits.start_seconds, wall_deadline - time.monotonic()),
+        kill_at=None if math.isinf(wall_deadline) else wall_deadline + limits.grace_seconds,
         limits=limits,
-        wall_deadline=t0 + limits.budget_seconds * limits.wall_factor,
     )
+    try:
+        from mlbook_tools import driver  # torch, nbformat: while the sandbox starts
+
+        source_nb, checks, secret = load_course(course_dir, assignment)
+        try:
+            text = driver.read_submission(path, limits)  # bounded before it is read whole
+        except driver.TooLarge as err:
+            return refused_result(source_nb, err)
+        result, _ = grade_submission(
+            text,
+            source_nb,
+            checks,
+            secret,
+            student,
+            trusted=trusted,
+            limits=limits,
+            wall_deadline=wall_deadline,
+            starting=starting,
+        )
+    finally:
+        starting.close()  # a refused file, or a budget spent before the sandbox was needed
     result.seconds = round(time.monotonic() - t0, 2)
     return result
 

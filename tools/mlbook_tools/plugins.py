@@ -124,6 +124,10 @@ class SandboxedExecute(Preprocessor):
         if notes:
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(grading_notes(notes)))
         nb.metadata["mlbook"] = {"graded_by": "nbgrader autograde through the sandboxed engine"}
+        if result.error:  # refused or unreadable: formgrader's page and the feedback say so
+            from mlbook_tools.flags import from_error
+
+            nb.metadata["mlbook"]["flag"] = from_error(result.error).to_dict()
         return nb, resources
 
 

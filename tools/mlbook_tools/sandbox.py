@@ -105,7 +105,7 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
         if name == "mlbook":
             continue
         base = pathlib.Path(dist.locate_file("")).resolve()
-        tops = {str(f).split("/", 1)[0] for f in dist.files or []}
+        tops = _top_names(dist)
         roots.update(
             base / top
             for top in tops
@@ -115,6 +115,18 @@ def _import_roots() -> tuple[list[pathlib.Path], pathlib.Path, pathlib.Path]:
         )
     stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"]).resolve()
     return sorted(r for r in roots if r.exists()), stdlib, pathlib.Path(sys.base_prefix).resolve()
+
+
+def _top_names(dist) -> set[str]:
+    """The first path component of every file a distribution installed: its RECORD's rows read as
+    CSV, as ``dist.files`` reads them, without making a path object per file (torch lists 30 000:
+    most of a sandbox's start-up on the grader's side); ``dist.files`` where there is no RECORD."""
+    import csv
+
+    record = dist.read_text("RECORD")
+    if record is None:
+        return {str(f).split("/", 1)[0] for f in dist.files or []}
+    return {row[0].split("/", 1)[0] for row in csv.reader(record.splitlines()) if row}
 
 
 # ------------------------------------------------------------------------------ seccomp
@@ -526,6 +538,7 @@ class Runner:
         start_timeout: float = 60,
         kill_at: float | None = None,
         limits: GradingLimits = DEFAULT_LIMITS,
+        wait: bool = True,
     ):
         self.limits = limits
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
@@ -610,8 +623,16 @@ class Runner:
         self.kill_at = kill_at
         if kill_at is not None:
             threading.Thread(target=self._watchdog, daemon=True).start()
+        if wait:
+            self.wait_started(start_timeout)
+
+    def wait_started(self, timeout: float) -> None:
+        """The first request (it asks for nothing) answered within ``timeout``: the runner is up, its
+        start-up charged like any request. SandboxUnavailable (the runner closed) if not."""
         try:
-            self.request({"op": "defined", "names": []}, timeout=start_timeout)
+            self.request({"op": "defined", "names": []}, timeout=timeout)
+            # the processes of a sandbox at rest: more after an interrupted request are the student's
+            self.at_rest = len(self.cgroup.pids()) if self.cgroup is not None else 0
         except RunnerDied as err:
             self.close()
             raise SandboxUnavailable(
@@ -738,8 +759,11 @@ class Runner:
             reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
             self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
-            if cut:
+            if cut and not self._strays():
                 raise Interrupted()
+            if cut:  # what it started lives on past the interrupt, on the budget: a restart instead
+                s0, cut = None, []
+                raise TimeoutError("timeout")
             return reply, rblobs
         except Interrupted:
             raise
@@ -760,6 +784,10 @@ class Runner:
         if isinstance(failure, Crashed) and self.oom:
             failure = MemoryLimit()
         raise failure
+
+    def _strays(self) -> bool:
+        """Whether the sandbox holds more processes than at rest (what the student's code started)."""
+        return self.cgroup is not None and len(self.cgroup.pids()) > getattr(self, "at_rest", 0)
 
     def _interrupt(self) -> bool:
         """SIGINT to the sandboxed Python (its host pid), as Jupyter's interrupt; False if it cannot be sent."""
@@ -806,6 +834,56 @@ class Runner:
             self.out.join(timeout=2)
             self.err.join(timeout=2)
         return (self.out.text() + self.err.text()).strip()
+
+
+class Starting:
+    """A ``Runner`` whose start-up is waited for on a thread of its own, so that the sandbox's start
+    (bubblewrap, then its Python importing torch and IPython: about a second of one CPU) runs while
+    this process imports torch and nbformat and plans the cells on another core. The process is
+    made here, on the caller's thread: bubblewrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) fires
+    when the THREAD that made it ends, so a thread that only waits must not make it. The Runner is
+    the one ``Runner(**kwargs)`` would make in place (same bounds, its start-up charged the same).
+    ``take`` waits for it and returns it, or raises what its start raised; ``close`` ends one nobody
+    took (a refused file)."""
+
+    def __init__(self, start_timeout: float = 60, **kwargs):
+        self._runner: Runner | None = None
+        self._error: BaseException | None = None
+        try:
+            self._runner = Runner(wait=False, **kwargs)
+        except Exception as err:  # noqa: BLE001 - raised again where it is taken
+            self._error = err
+        self._thread = threading.Thread(
+            target=self._wait, args=(start_timeout,), daemon=True, name="mlbook-sandbox-start"
+        )
+        self._thread.start()
+
+    def _wait(self, timeout: float):
+        if self._runner is None:
+            return
+        try:
+            self._runner.wait_started(timeout)
+        except BaseException as err:  # noqa: BLE001 - raised again where it is taken
+            self._runner, self._error = None, err
+
+    def take(self) -> Runner:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        runner, self._runner = self._runner, None
+        if runner is None:
+            raise Crashed()  # taken twice: a programming error, never a grade
+        return runner
+
+    def close(self):
+        runner = self._runner
+        if runner is not None and self._thread.is_alive():
+            runner.kill()  # a start nobody will take (a refused file): ended now, not once it is up
+        self._thread.join()
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
 
 
 def _close_fd(fd):

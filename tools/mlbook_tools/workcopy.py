@@ -137,6 +137,26 @@ def release_paths() -> list[pathlib.Path]:
     return sorted(release.glob("*.ipynb")) + sorted(release.glob("*.py"))
 
 
+# A self-paced student's JupyterLab configuration (a folder on JUPYTER_CONFIG_PATH, above the
+# environment's own): nbgrader's instructor plugins (Formgrader, Create Assignment, Course List) and
+# its exchange (Assignments, which warns that no exchange exists) off, Validate kept. A course
+# student's lab on the hub is configured by `mlbook hub` (hub.py) instead.
+STUDENT_LAB = pathlib.Path(__file__).parent / "student_lab"
+
+
+def lab_command(out: pathlib.Path, notebook: str = "") -> str:
+    """The command that opens JupyterLab on a self-paced student's work folder."""
+    import shlex
+    import sys
+
+    jupyter = pathlib.Path(sys.executable).parent / "jupyter"
+    args = f" {shlex.quote(notebook)}" if notebook else ""
+    return (
+        f"cd {shlex.quote(str(out))} && JUPYTER_CONFIG_PATH={shlex.quote(str(STUDENT_LAB))} "
+        f"{shlex.quote(str(jupyter))} lab{args}"
+    )
+
+
 def start(folder: str | pathlib.Path | None = None) -> tuple[pathlib.Path, list[str], list[str]]:
     """Copy the released notebooks into ``folder``; returns (folder, copied names, kept names)."""
     out = pathlib.Path(folder or DEFAULT_DIR).expanduser().resolve()

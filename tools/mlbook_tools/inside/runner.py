@@ -38,7 +38,7 @@ def _lower_limits(limits):
         resource.setrlimit(key, (value, value))
 
 
-_SHELL = []  # the IPython shell, started by the first cell (import costs ~0.2 s)
+_SHELL = []  # the IPython shell, made at start-up (import costs ~0.2 s)
 _NO_PROCESSES = (
     " (the grader's sandbox refuses new processes on this machine: shell commands,"
     " subprocess and multiprocessing cannot run while grading)"
@@ -148,6 +148,7 @@ def main(req_fd, rep_fd):
         return handles[target] if isinstance(target, int) else namespace[target]
 
     codec = protocol.Codec(keep=keep, make_handle=lambda h, _type: handles[h], rebuild=True)
+    _shell(namespace)  # before the first request: the start-up overlaps the driver's own imports
 
     def error_text(err):
         frames = traceback.extract_tb(err.__traceback__)

@@ -19,6 +19,7 @@ import sys
 
 import pytest
 from browser_support import chrome, have_chromium
+from mlbook_tools import build
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
 from mlbook_tools.plugins import STANDARD_COLUMNS
@@ -58,7 +59,7 @@ def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("paths") / "course"
     made = _run([*MLBOOK, "new-course", str(root)], cwd=root.parent)
     assert made.returncode == 0, made.stderr
-    release = (ROOT / "chapters" / f"{NB}.ipynb").read_text()
+    release = build.course_release(NB)  # what a course student receives (nbgrader over the source)
     for student, name, text in [
         ("alice", f"{NB}-Copy1.ipynb", release),
         ("bob", f"{NB}.ipynb", '{"cells": [ this is not json'),

@@ -356,7 +356,7 @@ def test_readme_student_section_covers_root_and_a_clean_checkout():
 
 
 def test_student_dist_never_ships_an_edited_release(tmp_path):
-    path = layout().release / "rlhf_ppo.ipynb"
+    path = layout().course / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"  # what the dist releases
     before = path.read_bytes()
     try:
         path.write_text(_edit(before.decode(), "markdown"))

@@ -31,6 +31,7 @@ import pytest
 import xss_payloads as X
 from browser_support import BIN, Server, chrome, have_chromium
 from browser_support import offline as _offline
+from mlbook_tools import build
 from mlbook_tools.config import layout
 from pages_support import autograded as _autograded
 from pages_support import feedback_page as _feedback_page
@@ -69,7 +70,9 @@ def test_pages_open_within_three_seconds(kind, tmp_path):
             (layout().root / "solutions" / "notebooks" / f"{ASSIGNMENT}.ipynb").read_text()
         )
     else:
-        release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+        release = nbformat.reads(
+            build.course_release(ASSIGNMENT), as_version=4
+        )  # what a course hands out
         student = X.size_notebook(release, kind)
     from mlbook_tools.driver import check_bounds
 
@@ -174,7 +177,9 @@ def course(tmp_path_factory, canary):
         ).returncode
         == 0
     )
-    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    release = nbformat.reads(
+        build.course_release(ASSIGNMENT), as_version=4
+    )  # what a course hands out
     students = {"mallory": X.payload_notebook(release, canary)}
     students.update({X.student_id(k, canary): release for k in X.ID_KINDS})
     for student, nb in students.items():
@@ -190,27 +195,33 @@ def course(tmp_path_factory, canary):
         text=True,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    # grade-class refuses an id outside the safe set (mlbook_tools/exchange.py); nbgrader autograde
-    # (formgrader's Autograde button) still grades a folder it is pointed at: those pages are tried too
-    for student in students:
-        if student != "mallory":
-            assert f"NOT GRADED: student id {student!r} is not allowed" in run.stdout, run.stdout
-            auto = subprocess.run(
-                [str(BIN / "nbgrader"), "autograde", ASSIGNMENT, f"--student={student}", "--force"],
-                cwd=course,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            assert auto.returncode == 0, auto.stdout[-2000:] + auto.stderr[-2000:]
+    # an id outside the safe set (mlbook_tools/exchange.py) is refused by grade-class and by nbgrader
+    # autograde (formgrader's Autograde button) alike: no autograded page exists for it. Such ids can
+    # still stand in the gradebook (`nbgrader db student add`, an LMS import): formgrader's tables and
+    # student pages show them, and those pages are tried.
+    hostile = [s for s in students if s != "mallory"]
+    for student in hostile:
+        assert f"NOT GRADED: student id {student!r} is not allowed" in run.stdout, run.stdout
+        auto = subprocess.run(
+            [str(BIN / "nbgrader"), "autograde", ASSIGNMENT, f"--student={student}", "--force"],
+            cwd=course,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        said = auto.stdout + auto.stderr
+        assert "not autograded" in said, said[-2000:]
+        assert not (course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
     from nbgrader.api import Gradebook
 
     with Gradebook(
         f"sqlite:///{course / 'gradebook.db'}"
     ) as gb:  # names a spreadsheet would evaluate
         gb.add_student("=1+2", first_name="+SUM(1)", last_name="-1+1", email="@cmd")
-        ids = {s: gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, s).id for s in students}
-    return course, env, ids
+        for student in hostile:
+            gb.update_or_create_student(student)
+        ids = {"mallory": gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, "mallory").id}
+    return course, env, ids, hostile
 
 
 def _quiet(driver, wait) -> list[str]:
@@ -233,7 +244,7 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
 
     if not have_chromium():
         pytest.skip("chromium / chromium-driver not installed")
-    course, env, ids = course
+    course, env, ids, hostile = course
     gradebook = course / "gradebook.db"
     before = _sha(gradebook)
     driver = chrome(tmp_path / "profile", performance_log=True)  # every request, by URL
@@ -265,7 +276,7 @@ def test_instructor_pages_run_no_student_script(course, canary, tmp_path):
                 (f"/formgrader/manage_submissions/{ASSIGNMENT}", rows(len(ids))),
                 (f"/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}", rows(len(ids))),
             ]
-            for student in ids:
+            for student in [*ids, *hostile]:
                 q = urllib.parse.quote(student, safe="")
                 pages += [
                     (f"/formgrader/manage_students/{q}", rows(1)),

@@ -134,6 +134,17 @@ def test_reading_html_typesets_every_formula_offline(browser, tmp_path):
 # --------------------------------------------------------------------------- the student
 
 
+def _grade_class(course: pathlib.Path, env: dict) -> subprocess.CompletedProcess:
+    """`mlbook grade-class --course .` in ``course``, as the instructor types it."""
+    return subprocess.run(
+        [str(BIN / "mlbook"), "grade-class", "--course", "."],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
 def _answered_copy(work: pathlib.Path) -> pathlib.Path:
     """`mlbook start`'s copy with every answer cell holding the reference answer (a correct student)."""
     run = subprocess.run([str(BIN / "mlbook"), "start", str(work)], capture_output=True, text=True)
@@ -263,13 +274,7 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
     sub.mkdir(parents=True)
     shutil.copy(layout().solved / "rlhf_ppo.ipynb", sub / "rlhf_ppo.ipynb")
     (sub / "timestamp.txt").write_text("2026-11-30 12:00:00.000000 UTC")
-    run = subprocess.run(
-        [mlbook, "grade-class", "--course", "."],
-        cwd=course,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    run = _grade_class(course, env)
     assert run.returncode == 0, run.stderr[-2000:]
 
     from nbgrader.api import Gradebook
@@ -396,13 +401,7 @@ def test_formgrader_flags_what_grade_class_could_not_grade(browser, tmp_path):
     (subs["bob"] / "rlhf_ppo.ipynb").write_text('{"cells": [')  # cut short: unreadable
     cells = [nbformat.v4.new_code_cell("x = 1") for _ in range(2001)]  # past max_cells: refused
     nbformat.write(nbformat.v4.new_notebook(cells=cells), subs["carol"] / "rlhf_ppo.ipynb")
-    run = subprocess.run(
-        [mlbook, "grade-class", "--course", "."],
-        cwd=course,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    run = _grade_class(course, env)
     assert run.returncode == 1, run.stderr[-2000:]  # a misnamed submission is not a success
     assert "REFUSED: too large" in run.stdout and "UNREADABLE: " in run.stdout, run.stdout
     assert "awaiting manual grading" not in run.stdout

@@ -90,6 +90,9 @@ c.HTMLExporter.extra_template_basedirs = FeedbackExporter.template_basedirs()
 # text for MathJax and its Safe extension; no script, handler, style, javascript:/data: URL), used
 # by nbconvert's templates and by mlbook's, which clean every markdown cell after rendering.
 c.HTMLExporter.sanitize_html = True
+# nbconvert validates the whole notebook after each of its ~12 preprocessors (half of a large page's
+# render); once, after the last, validates the same notebook.
+c.Exporter.optimistic_validation = True
 c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_hash": "mlbook_tools.csp.csp_hash"}
 # Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
 # on its pages, a second wall, and formgrader's routes for hostile submissions (formgrader_guard.py):

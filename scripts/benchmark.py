@@ -1,6 +1,6 @@
 """How long the chapter takes, and the systems figures of §4.2, measured on this machine.
 
-    python scripts/benchmark.py [--repeats 3] [--only chapter|systems|grading|command]
+    python scripts/benchmark.py [--repeats 3] [--only chapter|systems|grading|command|pages]
 
 Chapter targets on a 2-core CPU: execution <= 30 s (plus <= 30 s for the exercises); the line
 "§4.2 cells" says what the section's measurements add. Grading targets (issue 16): one correct
@@ -10,7 +10,10 @@ of the command and its sandbox printed with it; `--only command` measures just t
 16 mixed submissions graded
 by `mlbook grade-class` >= 4x faster than sequential `nbgrader autograde` on the same
 submissions, both measured in this run; and what the sandbox's bounds cost: the start-up (and close)
-of one sandbox with its cgroup and without (memfd denied instead).
+of one sandbox with its cgroup and without (memfd denied instead). Pages (issue 31): formgrader's
+submission page and the feedback page each render in <= 3 s of CPU for the solved notebook and every
+page-size kind of tests/xss_payloads.py (`--only pages`; tests/test_xss.py bounds their tag count,
+which is what the render's time follows).
 Systems targets (issues 11, 19): the KV-cached sampler >= 8x faster than the naive one at 64 new
 tokens, batch 64, printed next to its bound (the naive sampler over a one-token-per-step floor,
 `time_samplers`); the roofline model's generation share within a factor 2 of the measured one across the
@@ -242,6 +245,36 @@ def _bounds_rows(repeats: int) -> list:
     return rows
 
 
+def page_rows(repeats: int) -> list:
+    """CPU seconds to render formgrader's submission page and the feedback page (target <= 3 s each)."""
+    import json
+
+    import xss_payloads as X
+    from mlbook_tools import build
+    from pages_support import autograded, feedback_page, formgrader_page
+
+    release = nbformat.reads(build.course_release("rlhf_ppo"), as_version=4)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("honest", *X.PAGE_SIZE_KINDS):
+            if kind == "honest":
+                student = json.loads(
+                    (ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb").read_text()
+                )
+            else:
+                student = X.size_notebook(release, kind)
+            path = pathlib.Path(tmp) / f"{kind}.ipynb"
+            nbformat.write(autograded(student), path)
+            for render in (formgrader_page, feedback_page):
+                times = []
+                for _ in range(repeats):
+                    t0 = time.process_time()
+                    render(path)
+                    times.append(time.process_time() - t0)
+                rows.append((f"page {render.__name__} {kind} (CPU, target <= 3 s)", times))
+    return rows
+
+
 def systems_lines(repeats: int) -> None:
     torch.set_num_threads(1)  # as the chapter runs
     machine = measure_machine()
@@ -307,13 +340,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=("chapter", "systems", "grading", "command"), default=None)
+    ap.add_argument(
+        "--only", choices=("chapter", "systems", "grading", "command", "pages"), default=None
+    )
     args = ap.parse_args()
     if args.only in (None, "systems"):
         systems_lines(args.repeats)
     rows = chapter_lines(args.repeats) if args.only in (None, "chapter") else []
     rows += grading_rows(args.repeats) if args.only in (None, "grading") else []
     rows += command_rows(args.repeats) if args.only == "command" else []
+    rows += page_rows(args.repeats) if args.only in (None, "pages") else []
     for label, times in rows:
         print(
             f"{label:55s} median {statistics.median(times):6.1f}   runs {', '.join(f'{t:.1f}' for t in times)}"

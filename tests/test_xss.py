@@ -43,11 +43,12 @@ ASSIGNMENT = "rlhf_ppo"
 
 
 # A page within the bounds renders quickly (its four larger kinds: make test-full); the render
-# helpers are test_xss_pages.py's (unit).
-def _timed(render, path) -> tuple[float, str]:
-    t0 = time.process_time()
-    page = render(path)
-    return time.process_time() - t0, page
+# helpers are test_xss_pages.py's (unit). What the render costs follows the page's tags (nbconvert
+# parses the whole page again with BeautifulSoup; jinja and pygments emit each tag): measured on this
+# 2-core machine, about 1 s of CPU for any page plus ~30 us a tag, so PAGE_TAGS tags is under 3 s. The
+# seconds themselves are `make bench`'s (scripts/benchmark.py --only pages, target <= 3 s): a timed
+# assertion fails on a busy machine.
+PAGE_TAGS = 55_000
 
 
 @pytest.mark.parametrize(
@@ -58,9 +59,9 @@ def _timed(render, path) -> tuple[float, str]:
         *(pytest.param(k, marks=pytest.mark.full) for k in X.PAGE_SIZE_KINDS if k != "code-4mb"),
     ],
 )
-def test_pages_open_within_three_seconds(kind, tmp_path):
-    """A submission within the grading bounds (README "Bounds") renders in <= 3 s (CPU of the
-    render, the exporter formgrader and generate_feedback use, reading the file included): long
+def test_pages_stay_within_their_render_budget(kind, tmp_path):
+    """A submission within the grading bounds (README "Bounds") renders to a page of at most PAGE_TAGS
+    tags (the exporter formgrader and generate_feedback use, reading the file included): long
     sources folded with their size shown, rich rendering within the page's budget
     (templates/formgrade/mlbook_fold.html.j2). Before: one 4 MB code cell took formgrader 48 s."""
     from mlbook_tools.limits import DEFAULT
@@ -80,9 +81,10 @@ def test_pages_open_within_three_seconds(kind, tmp_path):
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(_autograded(student), path)
     for render in (_formgrader_page, _feedback_page):
-        seconds, page = _timed(render, path)
-        print(f"{kind} {render.__name__}: {seconds:.2f} s CPU, {len(page) / 1e6:.1f} MB")
-        assert seconds <= 3.0, (kind, render.__name__, seconds)
+        page = render(path)
+        tags = page.count("<")
+        print(f"{kind} {render.__name__}: {tags} tags, {len(page) / 1e6:.1f} MB")
+        assert tags <= PAGE_TAGS, (kind, render.__name__, tags)
         if kind.endswith("4mb"):
             assert re.search(r"\d\.\d MB of (source|text) not shown; open the notebook file", page)
         if kind == "honest":  # nothing folded, every formula there to typeset

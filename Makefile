@@ -78,7 +78,7 @@ lint: env
 #             again on the portable kernels.
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 HEAVY := sandbox or nbgrader or classrun or browser or notebook or slow or stress
-PYTEST := $(BIN)/python -m pytest -q
+PYTEST := $(BIN)/python -m pytest -q --durations=15
 
 check: lint
 	$(BIN)/lint-imports

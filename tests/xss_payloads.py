@@ -275,7 +275,7 @@ def payload_notebook(release_nb, port: int) -> dict:
 
 # Page-size kinds: a submission within the grading bounds (README "Bounds": 4 MiB of sources, 2000
 # cells, 16 MiB of outputs, 20 MiB in all) that would make a page slow to open; every page an
-# instructor or a student opens renders in <= 3 s anyway (tests/test_xss.py).
+# instructor or a student opens renders in <= 3 s anyway (tests/test_xss.py bounds the tags, make bench the seconds).
 PAGE_SIZE_KINDS = ("code-4mb", "markdown-4mb", "cells-outputs", "markdown-cells", "images")
 _CODE_LINE = "total = total + weights[3] * (x - 1) / 2 ** k  # one of many steps\n"
 _MD_PARA = (

@@ -19,3 +19,21 @@ def test_the_hub_terminal_is_not_a_login_shell_that_resets_path(tmp_path):
         assert hub.user_env(tmp_path, role)["PATH"].startswith(
             str(tmp_path / "envs" / role / "bin")
         )
+
+
+def test_hub_kernels_run_with_encrypted_channels(tmp_path):
+    """Each kernel a hub user starts (the lab's, nbgrader's Validate and autograde) gets CurveZMQ
+    channels: the kernel manager built from the files `mlbook hub` writes asks for encryption, so
+    ipykernel logs no "Kernel is running over TCP without encryption" for each notebook opened."""
+    from jupyter_client import KernelManager
+    from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+    hub.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
+    for role in ("instructor", "student"):
+        etc = tmp_path / "etc" / role
+        server = JSONFileConfigLoader("jupyter_server_config.json", path=str(etc)).load_config()
+        grader = PyFileConfigLoader("nbgrader_config.py", path=str(etc)).load_config()
+        for config, manager in ((server, ServerKernelManager), (grader, KernelManager)):
+            assert manager(config=config).transport_encryption == "auto", (role, manager)
+        assert KernelManager().transport_encryption != "auto"  # what the files change

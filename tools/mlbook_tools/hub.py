@@ -36,6 +36,7 @@ import sys
 import sysconfig
 
 from mlbook_tools.config import layout
+from mlbook_tools.execute import KERNEL_ENCRYPTION
 
 COURSE_ID = "rlhf-ppo"
 PROXY_DIR = "tools/hub-proxy"  # package.json + package-lock.json (configurable-http-proxy 5.3.0)
@@ -277,7 +278,11 @@ def setup(
 def write_configs(
     hub: pathlib.Path, instructor: str, course: pathlib.Path, students: list[str]
 ) -> None:
-    common = f"c.Exchange.root = {str(hub / 'exchange')!r}\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+    common = (
+        f"c.Exchange.root = {str(hub / 'exchange')!r}\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        # nbgrader's own kernels (Validate, autograde) as the lab's: channels encrypted, no TCP warning
+        f"c.KernelManager.transport_encryption = {KERNEL_ENCRYPTION!r}\n"
+    )
     for role in ("student", "instructor"):
         etc = hub / "etc" / role
         (etc / "labconfig").mkdir(parents=True, exist_ok=True)
@@ -298,11 +303,16 @@ def write_configs(
         )
         # The terminal: a plain interactive bash. Under a spawner JupyterLab would start a login shell
         # (`bash -l`), whose /etc/profile resets PATH to the system's and loses the course tools.
+        # Kernels: channels encrypted with CurveZMQ (execute.KERNEL_ENCRYPTION), so no "Kernel is running
+        # over TCP without encryption" warning in the lab's log for each notebook opened.
         server = {
             "jpserver_extensions": {name: False for name in off},
             "terminado_settings": {"shell_command": ["/bin/bash"]},
         }
-        (etc / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": server}, indent=1))
+        kernels = {"transport_encryption": KERNEL_ENCRYPTION}
+        (etc / "jupyter_server_config.json").write_text(
+            json.dumps({"ServerApp": server, "KernelManager": kernels}, indent=1)
+        )
 
 
 HUB_CONFIG = '''"""JupyterHub for the course (written by `mlbook hub`; rerun it rather than edit this file)."""

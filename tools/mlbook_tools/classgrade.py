@@ -85,7 +85,7 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
                 wall_deadline=wall,
                 limits=limits,
             )
-        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result))
+        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
         return {
             "status": "internal",

@@ -13,7 +13,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
 from mlbook_tools.inert import capped, fold_outputs, sanitized
-from mlbook_tools.limits import DEFAULT, GradingLimits
+from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
 from mlbook_tools.notebook_order import cell_points, grade_id, merged
 from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
     CellGrade,
@@ -249,10 +249,14 @@ class CoreExtraSummary(Preprocessor):
 
 
 class CapOutputs(Preprocessor):
-    """For feedback: every printed output cut to a readable length (a 50 MB line stays out)."""
+    """For feedback: every printed output cut to a readable length (a 50 MB line stays out); the
+    length is the course config's ``shown_chars`` (``c.SandboxedExecute.limits``)."""
 
     enabled = True
-    limit = DEFAULT.shown_chars
+
+    def preprocess(self, nb, resources):
+        self.limit = limits_from_config(self.config).shown_chars
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         for out in cell.get("outputs", []):

@@ -9,10 +9,13 @@ plain JSON. Three ways to change one, later ones winning:
       c.SandboxedExecute.limits = {"memory_bytes": 2 * 1024**3, "cell_seconds": 30}
 
 - the command line: ``mlbook grade ... --limit memory_bytes=2147483648 --limit cell_seconds=30``
-  (``mlbook grade-class`` too);
+  (``mlbook grade-class`` too; ``--budget S`` is ``--limit budget_seconds=S``);
 - in code and tests: ``dataclasses.replace(GradingLimits(), cell_seconds=8.0)``.
 
-An unknown name is refused everywhere, with the known ones listed (a typo never passes silently).
+An unknown name is refused everywhere, with the known ones listed (a typo never passes silently),
+and every way of building one (``dataclasses.replace`` too) checks the values (``__post_init__``).
+``mlbook limits`` lists every field with its docstring; ``mlbook limits --markdown`` writes the
+README's table (``tests/test_limits.py`` compares them).
 Times are seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
 time it ran or slept inside a request, never time it waited for a CPU held by other processes, so a
 busy machine does not change a grade. Each has a wall-clock backstop ``wall_factor`` times larger.

@@ -136,6 +136,17 @@ def test_the_budget_has_one_name_on_the_command_line(monkeypatch):
     assert cli.main([*args, "--budget", "42", "--limit", "budget_seconds=7"]) == 0
     assert got["limits"] == DEFAULT.replace(budget_seconds=42.0) and "budget" not in got
 
+    from mlbook_tools import grading
+    from mlbook_tools.result import GradingResult
+
+    for flag in ("--budget", "--timeout"):  # --timeout: mlbook grade's old name, an alias
+        got.clear()
+        monkeypatch.setattr(
+            grading, "grade_notebook", lambda *a, **kw: got.update(kw) or GradingResult()
+        )
+        cli.main(["grade", "x.ipynb", "--no-sandbox", flag, "9"])
+        assert got["limits"].budget_seconds == 9.0 and "budget" not in got
+
 
 def test_the_readme_limits_table_is_generated_from_the_fields():
     from mlbook_tools.limits import markdown_table

@@ -8,7 +8,7 @@ nobody else's data (gradebook, config, secret, submissions, hidden tests) is tou
 no process of a submission outlives its grading, and the run completes for everyone.
 """
 
-import dataclasses
+import copy
 import json
 import os
 import pathlib
@@ -226,6 +226,14 @@ def test_workers_grade_side_by_side(graded_class):
     assert busy / WORKERS + tail < busy  # the bound is tighter than one worker at a time would take
 
 
+def _broken(limits):
+    """``limits`` with a deadline that is not a number: ``GradingLimits`` refuses to build one (its
+    ``__post_init__``), so it is forced here, as a damaged worker message would carry it."""
+    broken = copy.copy(limits)
+    object.__setattr__(broken, "cell_seconds", "not a number")
+    return broken
+
+
 def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(graded_class, tmp_path):
     """A grading that fails inside the engine (here: a deadline that is not a number) is no grade: the
     worker is replaced, the submission tried again, then reported UNGRADED, not recorded, not cached."""
@@ -244,7 +252,7 @@ def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(graded
         workers=1,
         progress=False,
         out=type("O", (), {"write": lambda s, t: out.append(t), "flush": lambda s: None})(),
-        limits=dataclasses.replace(LIMITS, cell_seconds="not a number"),
+        limits=_broken(LIMITS),
     )
     assert (
         set(results) == {"zoe"}

@@ -302,7 +302,7 @@ def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_
     path = tmp_path / "sleeper.ipynb"
     path.write_text(_sleeper())
     t0 = time.monotonic()
-    result = grading.grade_notebook(path, NB, timeout=BUDGET)
+    result = grading.grade_notebook(path, NB, budget=BUDGET)
     assert time.monotonic() - t0 <= BUDGET * DEFAULT_LIMITS.wall_factor + 5
     assert result.core.score == 0 and result.problems
 

@@ -82,21 +82,53 @@ def test_autograded_notebook_keeps_no_active_content():
 def test_autograded_notebooks_keep_the_first_200_outputs():
     """2000 cells of 20 outputs (within the bounds) took formgrader ~10 s of CPU to open: both
     autograded notebooks keep the first 200 (verdicts apart) and say how many are left out."""
-    from mlbook_tools.inert import MAX_NOTEBOOK_OUTPUTS, InertStudentCells
+    from mlbook_tools.inert import InertStudentCells
+    from mlbook_tools.limits import DEFAULT
 
     release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
     out = nbformat.v4.new_output("stream", name="stdout", text="x\n")
     release.cells[1:1] = [nbformat.v4.new_code_cell("1", outputs=[out] * 20) for _ in range(30)]
     button, _ = InertStudentCells().preprocess(copy.deepcopy(release), {})
     for nb in (_autograded(json.loads(nbformat.writes(release))), button):
-        kept = [
-            o
-            for c in nb.cells
-            if not c.metadata.get("nbgrader", {}).get("grade")
-            for o in c.get("outputs", [])
-        ]
-        assert len(kept) == MAX_NOTEBOOK_OUTPUTS + 1 == 201
+        kept = _student_outputs(nb)
+        assert len(kept) == DEFAULT.shown_notebook_outputs + 1 == 201
         assert "[... 400 more outputs not shown" in kept[-1]["text"]
+
+
+def _student_outputs(nb) -> list:
+    return [
+        o
+        for c in nb.cells
+        if not c.metadata.get("nbgrader", {}).get("grade")
+        for o in c.get("outputs", [])
+    ]
+
+
+def test_both_autograded_notebooks_follow_the_course_limits_on_what_is_shown():
+    """One rule (inert.sanitize_cell, fold_outputs) and one set of caps: a course's
+    ``c.SandboxedExecute.limits`` reach the Autograde button's notebook as grade-class's."""
+    from mlbook_tools import driver, feedback
+    from mlbook_tools.inert import InertStudentCells
+    from mlbook_tools.limits import DEFAULT
+    from traitlets.config import Config
+
+    caps = {"shown_chars": 50, "shown_cell_outputs": 3, "shown_notebook_outputs": 7}
+    limits = DEFAULT.replace(**caps)
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    out = nbformat.v4.new_output("stream", name="stdout", text="y" * 80)
+    release.cells[1:1] = [nbformat.v4.new_code_cell("1", outputs=[out] * 5) for _ in range(4)]
+    config = Config({"SandboxedExecute": {"limits": caps}})
+    button, _ = InertStudentCells(config=config).preprocess(copy.deepcopy(release), {})
+    source_nb = nbformat.read(
+        layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
+    )
+    plan = driver.make_plan(source_nb, nbformat.writes(release))
+    graded = feedback.autograded_notebook(source_nb, plan, GradingResult(problems=[]), limits)
+    for nb in (graded, button):
+        kept = _student_outputs(nb)
+        assert len(kept) == 7 + 1 and "[... 5 more outputs not shown" in kept[-1]["text"]
+        assert kept[0]["text"] == "y" * 50 + "\n... [30 more characters not shown]"
+        assert max(len(c.get("outputs", [])) for c in nb.cells) == 3  # per cell
 
 
 def test_manual_score_changes_are_reported(tmp_path, monkeypatch):

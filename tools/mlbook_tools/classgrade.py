@@ -85,7 +85,7 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
                 wall_deadline=wall,
                 limits=limits,
             )
-        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result))
+        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
         return {
             "status": "internal",
@@ -481,15 +481,15 @@ EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's e
 def _extra_files(folder: pathlib.Path, assignment: str, most: int) -> tuple[list[str], int]:
     """The first ``most`` names in ``folder`` beside the notebook (sorted per folder; a folder that
     is a link is named, never entered), and how many more (visiting at most 50 x ``most`` entries)."""
-    names, more, todo, budget = [], 0, [""], 50 * most
-    while todo and budget > 0:
+    names, more, todo, visits = [], 0, [""], 50 * most
+    while todo and visits > 0:
         rel = todo.pop()
         try:
             entries = sorted(os.scandir(folder / rel), key=lambda e: e.name, reverse=True)
         except OSError:
             continue
         for entry in entries:
-            budget -= 1
+            visits -= 1
             path = os.path.join(rel, entry.name)
             if entry.is_dir(follow_symlinks=False):
                 todo.append(path)

@@ -11,13 +11,15 @@ mlbook student-dist [--out D]                write what students get: the librar
 mlbook new-course DIR                        create an nbgrader course folder (config + source notebook)
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
+mlbook limits [--markdown]                   every grading limit, its default and what it bounds
 
 Grading runs student code only inside a bubblewrap sandbox; if the sandbox cannot start, grading
 stops and says why. --no-sandbox (or MLBOOK_TRUSTED=1) runs it unconfined, for trusted files only.
 
 Grading limits (time, memory, sizes; mlbook_tools/limits.py) come from the course config
 (c.SandboxedExecute.limits in nbgrader_config.py), then `--limit NAME=VALUE` (repeatable) on
-`grade` and `grade-class`. An unknown name is refused. `mlbook grade --help` lists them.
+`grade` and `grade-class` (`--budget S` is `--limit budget_seconds=S`). An unknown name is
+refused. `mlbook limits` lists them.
 """
 
 from __future__ import annotations
@@ -70,13 +72,7 @@ def _main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
     g.add_argument("path")
     g.add_argument("--assignment", default="rlhf_ppo")
-    g.add_argument(
-        "--timeout",
-        type=int,
-        default=None,
-        help="budget for the whole notebook: seconds of the sandbox's own time (CPU, or running or "
-        "sleeping; not waiting for a busy machine's CPUs); the wall-clock backstop is 3x it",
-    )
+    _budget_option(g, "--timeout")
     _limit_option(g)
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument(
@@ -95,12 +91,7 @@ def _main(argv: list[str] | None = None) -> int:
     c.add_argument(
         "--force", action="store_true", help="regrade submissions already graded and unchanged"
     )
-    c.add_argument(
-        "--budget",
-        type=float,
-        default=None,
-        help="seconds of the sandbox's own time per submission (see grade --timeout; backstop 3x)",
-    )
+    _budget_option(c)
     _limit_option(c)
     c.add_argument(
         "--no-sandbox", action="store_true", help="run the code unconfined (trusted files only)"
@@ -127,7 +118,17 @@ def _main(argv: list[str] | None = None) -> int:
     h.add_argument("--ip", default="127.0.0.1")
     h.add_argument("--port", type=int, default=8000)
     h.add_argument("--setup-only", action="store_true", help="set up, do not start the hub")
+    lim = sub.add_parser("limits", help="every grading limit, its default and what it bounds")
+    lim.add_argument(
+        "--markdown", action="store_true", help="as the README's table (generated from the fields)"
+    )
     args = ap.parse_args(argv)
+
+    if args.command == "limits":
+        from mlbook_tools.limits import help_text, markdown_table
+
+        print(markdown_table() if args.markdown else help_text(), end="\n" * (not args.markdown))
+        return 0
 
     if args.command == "hub":
         from mlbook_tools import hub
@@ -197,7 +198,7 @@ def _main(argv: list[str] | None = None) -> int:
         from mlbook_tools.classgrade import grade_class
 
         course = _course_folder(args.course)
-        limits = course_limits(course).with_options(args.limit)
+        limits = course_limits(course).with_options(_limit_changes(args))
         try:
             results = grade_class(
                 course,
@@ -205,7 +206,6 @@ def _main(argv: list[str] | None = None) -> int:
                 args.workers,
                 args.force,
                 trusted,
-                budget=args.budget,
                 limits=limits,
             )
         except sandbox.SandboxUnavailable as err:
@@ -217,16 +217,14 @@ def _main(argv: list[str] | None = None) -> int:
     from mlbook_tools.grading import grade_notebook
     from mlbook_tools.progress import stage
 
-    limits = course_limits(layout().course).with_options(args.limit)
+    limits = course_limits(layout().course).with_options(_limit_changes(args))
     _without_iri_grammar()
 
     stage(
         f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
     )
     try:
-        result = grade_notebook(
-            args.path, args.assignment, args.timeout, trusted=trusted, limits=limits
-        )
+        result = grade_notebook(args.path, args.assignment, trusted=trusted, limits=limits)
     except sandbox.SandboxUnavailable as err:
         print(
             f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.",
@@ -257,19 +255,42 @@ def _without_iri_grammar() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
-def _limit_option(parser) -> None:
-    from mlbook_tools.limits import DEFAULT
+def _budget_option(parser, *aliases: str) -> None:
+    """``--budget S``: the one command-line spelling of ``budget_seconds`` (``--timeout``: the old
+    name on ``mlbook grade``, kept as an alias)."""
+    parser.add_argument(
+        "--budget",
+        *aliases,
+        dest="budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="budget_seconds: seconds of the sandbox's own time for the whole submission (CPU, or "
+        "running or sleeping; not waiting for a busy machine's CPUs); the wall-clock backstop is "
+        "wall_factor x it. Same as --limit budget_seconds=S",
+    )
 
-    names = ", ".join(f"{k}={v}" for k, v in DEFAULT.to_dict().items())
+
+def _limit_option(parser) -> None:
+    """``--limit NAME=VALUE``; the command's ``--help`` ends with every limit (from the fields)."""
+    from mlbook_tools.limits import help_text
+
     parser.add_argument(
         "--limit",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="change one grading limit (repeatable; over the course config's "
-        f"c.SandboxedExecute.limits). Names and defaults: {names}. "
-        "Each is described in mlbook_tools/limits.py",
+        "c.SandboxedExecute.limits); the names, defaults and meanings are listed below",
     )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "grading limits (NAME = default: what it bounds):\n" + help_text()
+
+
+def _limit_changes(args) -> list[str]:
+    """``--limit`` options, ``--budget`` last (it wins, as it did)."""
+    budget = [f"budget_seconds={args.budget}"] if args.budget else []
+    return list(args.limit) + budget
 
 
 def _course_folder(given: str | None) -> pathlib.Path:

@@ -1,7 +1,9 @@
 """What a student and an instructor read: verdicts as cell outputs, the autograded notebook, the
 feedback page's preprocessors (nbgrader ``GenerateFeedback``). Hidden tests are stripped and a
 verdict becomes a cell's output in one place each (``strip_hidden_tests``, ``verdict_outputs``);
-every text from a student's code passes ``printable`` and is capped."""
+every cell of the student's passes ``inert.sanitize_cell`` and every text from a student's code
+``inert.capped`` (printable and capped): the rules about student text are inert.py's. Nothing here
+imports the grading engine."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import copy
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
-from mlbook_tools.notebook_order import grade_id, merged
+from mlbook_tools.inert import capped, fold_outputs, sanitized
+from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
+from mlbook_tools.notebook_order import cell_points, grade_id, merged
 from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
     CellGrade,
     GradingResult,
@@ -18,7 +22,6 @@ from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every 
     printable,
 )
 
-OUTPUT_CAP = 2000  # characters of one printed output kept in autograded notebooks and feedback
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 
 
@@ -35,43 +38,6 @@ def strip_hidden_tests(source: str) -> str:
     return "\n".join(kept)
 
 
-def _cap(text: str, limit: int = OUTPUT_CAP) -> str:
-    text = printable(text)
-    return (
-        text
-        if len(text) <= limit
-        else text[:limit] + f"\n... [{len(text) - limit} more characters not shown]"
-    )
-
-
-def _cap_outputs(outputs: list) -> list:
-    """A student's stored outputs as the autograded notebook keeps them: inert and capped (inert.py)."""
-    from mlbook_tools.inert import inert_outputs
-
-    return inert_outputs(outputs)
-
-
-def _added(cell):
-    """A cell the student added, as the autograded notebook keeps it (inert.py): no active content."""
-    from mlbook_tools.inert import inert_cell
-
-    cell = copy.copy(cell)  # inert_cell replaces metadata, outputs, attachments: no deep copy
-    inert_cell(cell, added=True)
-    return cell
-
-
-def _fold_outputs(cells) -> None:
-    from mlbook_tools.inert import fold_outputs
-
-    fold_outputs(cells)
-
-
-def _inert_attachments(attachments, source: str) -> dict:
-    from mlbook_tools.inert import inert_attachments
-
-    return inert_attachments(attachments, source)
-
-
 def grading_notes(notes: list) -> str:
     """The grader's notes as markdown whose every note shows as the text it is: an error's message or
     a file's name may be the student's (``<img src=/logout>`` is shown, not fetched)."""
@@ -84,7 +50,7 @@ def grading_notes(notes: list) -> str:
     return f"**Grading notes**\n\n<ul>{items}</ul>\n"
 
 
-def verdict_outputs(grade: CellGrade | None) -> list:
+def verdict_outputs(grade: CellGrade | None, limits: GradingLimits = DEFAULT) -> list:
     """A test cell's outputs for a verdict: ``passed (2 / 2)`` on stdout, else the message as an
     AssertionError (capped, printable); no verdict at all is "not graded"."""
     import nbformat
@@ -95,7 +61,7 @@ def verdict_outputs(grade: CellGrade | None) -> list:
                 "stream", name="stdout", text=f"passed ({grade.score:g} / {grade.max_score:g})\n"
             )
         ]
-    message = _cap((grade.message or "") if grade is not None else "not graded")
+    message = capped((grade.message or "") if grade is not None else "not graded", limits)
     return [
         nbformat.v4.new_output(
             "error",
@@ -116,7 +82,7 @@ def _shown_added(cell) -> bool:
     return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
 
 
-def _part_of_written_answer(mine, parts, cells) -> bool:
+def _part_of_written_answer(mine, parts, cells, limits: GradingLimits) -> bool:
     """A split half of a written (markdown) answer is appended to the graded cell above it (the last
     one of ``cells``), so the grader reads the whole answer in the cell the grade belongs to."""
     if not any(mine is p for p in parts) or not cells or cells[-1].cell_type != "markdown":
@@ -127,13 +93,15 @@ def _part_of_written_answer(mine, parts, cells) -> bool:
     text = "".join(text) if isinstance(text, list) else str(text)
     graded = cells[-1]
     graded.source = graded.source.rstrip("\n") + "\n\n" + text if graded.source.strip() else text
-    if images := _inert_attachments(mine.get("attachments"), text):
+    if images := sanitized(mine, True, limits).get("attachments"):  # the student's images only
         graded.attachments = {**graded.get("attachments", {}), **images}
     return True
 
 
-def autograded_notebook(source_nb, plan, result: GradingResult):
-    """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored, verdicts as outputs."""
+def autograded_notebook(source_nb, plan, result: GradingResult, limits: GradingLimits = DEFAULT):
+    """The notebook nbgrader's feedback and formgrader read: source order, locked cells restored,
+    verdicts as outputs. Every student cell passes ``sanitize_cell`` (inert.py): an added one is
+    shown sanitised; of a course cell's copy, the sanitised outputs and attachments are kept."""
     import nbformat
 
     student = plan.notebook if plan is not None else None
@@ -144,7 +112,7 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
         cells.append(nbformat.v4.new_markdown_cell(grading_notes(notes)))
     for kind, where, mine in order:
         if kind == "added":  # shown where the student put it (the plan ran it there), inert
-            if _part_of_written_answer(mine, placement.parts.get(where, ()), cells):
+            if _part_of_written_answer(mine, placement.parts.get(where, ()), cells, limits):
                 continue  # merged into the written answer above
             if (
                 grade_id(mine) in placement.copies
@@ -152,18 +120,24 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
                 mine = copy.deepcopy(mine)
                 mine["metadata"] = {}
             if _shown_added(mine):
-                cells.append(_added(mine))
+                cells.append(sanitized(mine, True, limits))
             continue
         src = where
         meta = src.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
         cell = copy.deepcopy(src)
+        # the student's copy, as the course cell's type, sanitised: its outputs and images are kept
+        clean = (
+            sanitized({**mine, "cell_type": cell.cell_type}, False, limits)
+            if mine is not None
+            else None
+        )
         if meta.get("solution") and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
-            if cell.cell_type == "markdown":  # the student's images only (inert.py)
+            if cell.cell_type == "markdown":  # the student's images only
                 cell.pop("attachments", None)
-                if images := _inert_attachments(mine.get("attachments"), cell.source):
+                if images := clean.get("attachments"):
                     cell.attachments = images
         elif meta.get("solution"):
             cell.source = ""
@@ -171,16 +145,12 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
             cell.source = (
                 strip_hidden_tests(cell.source).rstrip() if meta.get("grade") else cell.source
             )
-            cell.outputs = (
-                _cap_outputs(mine.get("outputs", []))
-                if mine is not None and not meta.get("grade")
-                else []
-            )
+            cell.outputs = clean["outputs"] if mine is not None and not meta.get("grade") else []
             cell.execution_count = None
             if meta.get("grade") and gid in result.grades:
-                cell.outputs = verdict_outputs(result.grades[gid])
+                cell.outputs = verdict_outputs(result.grades[gid], limits)
         cells.append(cell)
-    _fold_outputs(cells)  # a page shows the notebook's first 200 outputs (inert.py)
+    fold_outputs(cells, limits)  # a page shows the notebook's first outputs only (inert.py)
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(source_nb.metadata))
     if result.error:  # refused or unreadable: formgrader's page and the feedback say so (flags.py)
         from mlbook_tools.flags import from_error
@@ -240,8 +210,6 @@ class CoreExtraSummary(Preprocessor):
     def preprocess(self, nb, resources):
         import nbformat
 
-        from mlbook_tools.driver import cell_points
-
         mine = nb.metadata.get("mlbook")
         flag = mine.get("flag") if isinstance(mine, dict) else None
         result = GradingResult()
@@ -281,10 +249,14 @@ class CoreExtraSummary(Preprocessor):
 
 
 class CapOutputs(Preprocessor):
-    """For feedback: every printed output cut to a readable length (a 50 MB line stays out)."""
+    """For feedback: every printed output cut to a readable length (a 50 MB line stays out); the
+    length is the course config's ``shown_chars`` (``c.SandboxedExecute.limits``)."""
 
     enabled = True
-    limit = 2000
+
+    def preprocess(self, nb, resources):
+        self.limit = limits_from_config(self.config).shown_chars
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         for out in cell.get("outputs", []):

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import pathlib
 
-from mlbook_tools.feedback import printable
+from mlbook_tools.result import printable
 
 KINDS = ("misnamed", "refused", "unreadable")
 

@@ -22,7 +22,7 @@ import warnings
 
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
-from mlbook_tools.limits import GradingLimits
+from mlbook_tools.limits import GradingLimits, limits_from_config  # noqa: F401 - limits_from_config: re-exported
 from mlbook_tools.result import CellGrade, GradingResult, is_extra, printable
 
 KERNEL_AUTOGRADE = """
@@ -70,7 +70,7 @@ def course_points(source: pathlib.Path) -> dict[str, float]:
     """Points of every graded cell of a source notebook (extra credit: the points it may earn)."""
     import nbformat
 
-    from mlbook_tools.driver import cell_points
+    from mlbook_tools.notebook_order import cell_points
 
     nb = nbformat.read(source, as_version=4)
     return {
@@ -120,15 +120,6 @@ def load_course(course: pathlib.Path, assignment: str):
         driver.load_checks(layout().checks),
         driver.course_secret(course),
     )
-
-
-def limits_from_config(config) -> GradingLimits:
-    """The limits a course's nbgrader config sets (``c.SandboxedExecute.limits`` and ``.budget``)."""
-    section = config.get("SandboxedExecute", {}) if config is not None else {}
-    limits = DEFAULT_LIMITS.updated(section.get("limits") or {})
-    if section.get("budget"):
-        limits = limits.replace(budget_seconds=float(section["budget"]))
-    return limits
 
 
 def course_limits(course: pathlib.Path) -> GradingLimits:
@@ -261,7 +252,7 @@ def grade_submission(
 def grade_notebook(
     path: str | pathlib.Path,
     assignment: str = "rlhf_ppo",
-    timeout: float | None = None,
+    budget: float | None = None,
     course: pathlib.Path | None = None,
     trusted: bool = False,
     student: str = "student",
@@ -269,7 +260,7 @@ def grade_notebook(
 ) -> GradingResult:
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
 
-    ``limits``: by default the course config's (``course_limits``); ``timeout``, if given, replaces
+    ``limits``: by default the course config's (``course_limits``); ``budget``, if given, replaces
     their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here.
 
     The sandbox starts first, on a thread (``sandbox.Starting``): its start-up runs on one core while
@@ -279,8 +270,8 @@ def grade_notebook(
     t0 = time.monotonic()
     course_dir = pathlib.Path(course) if course else layout().course
     limits = limits or course_limits(course_dir)
-    if timeout:
-        limits = limits.replace(budget_seconds=float(timeout))
+    if budget:
+        limits = limits.replace(budget_seconds=float(budget))
     wall_deadline = t0 + limits.budget_seconds * limits.wall_factor
     starting = sandbox.Starting(  # the bounds Session._start gives its first runner
         trusted=trusted,

@@ -5,10 +5,13 @@ their code stored, attachments, cell and notebook metadata, even the folder name
 student id. Rendered as it is in the instructor's formgrader page, a stored ``<img onerror>`` runs
 with the instructor's session and can rewrite grades through formgrader's REST API. Three walls:
 
-* ``inert_outputs`` / ``InertStudentCells``: the autograded notebook (the one formgrader and the
-  feedback read) keeps of a student's outputs only capped ``text/plain`` (or stream text) and
-  PNG/JPEG images, no output metadata, 20 outputs a cell and 200 in all (``fold_outputs``); markdown attachments only PNG/JPEG; no cell metadata on
-  cells the student added; notebook metadata only the kernel's name and language.
+* ``sanitize_cell``: the one rule for a student's cell, which both autograded notebooks follow
+  (``mlbook grade-class``'s, ``feedback.autograded_notebook``, and the Autograde button's,
+  ``InertStudentCells``): of a student's outputs only ``text/plain`` (or stream text) and PNG/JPEG
+  images, no output metadata, every text ``printable`` and capped; markdown attachments only
+  PNG/JPEG; no cell metadata on cells the student added. Then ``fold_outputs`` caps the notebook's
+  outputs in all, and ``inert_metadata`` keeps of the notebook's metadata only the kernel's name
+  and language. Every cap is a field of ``GradingLimits`` (``shown_*``, ``limits.py``).
 * ``clean_html``: every piece of HTML the course's pages render from a notebook (markdown after
   rendering, any HTML output that still arrives) goes through the nh3 (ammonia) allow-list:
   readable markdown (headings, paragraphs, lists, tables, code) and the text of the math (MathJax
@@ -24,16 +27,14 @@ The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the w
 
 from __future__ import annotations
 
+import copy
 import re
 
 from nbconvert.preprocessors import Preprocessor
 
-CAP = 2000  # characters of one text output kept
-MAX_OUTPUTS = 20  # outputs of one cell kept
-MAX_NOTEBOOK_OUTPUTS = (
-    200  # outputs of the whole notebook kept (answer and added cells; verdicts apart)
-)
-MAX_IMAGE = 2_000_000  # base64 characters of one kept image
+from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
+from mlbook_tools.result import printable
+
 RASTER = ("image/png", "image/jpeg")
 
 _TAGS = {
@@ -162,52 +163,54 @@ def clean_html(html) -> str:
     return _TAG.sub(lambda m: _ADDRESS.sub("", m.group(0)), text)
 
 
-def _text(value) -> str:
-    from mlbook_tools.feedback import printable
-
+def capped(value, limits: GradingLimits = DEFAULT) -> str:
+    """A text (or a notebook's list of lines) as a person reads it: ``printable``, its first
+    ``limits.shown_chars`` characters and how many more there are."""
     text = printable("".join(value) if isinstance(value, list) else str(value))
+    cap = limits.shown_chars
     return (
         text
-        if len(text) <= CAP
-        else text[:CAP] + f"\n... [{len(text) - CAP} more characters not shown]"
+        if len(text) <= cap
+        else text[:cap] + f"\n... [{len(text) - cap} more characters not shown]"
     )
 
 
-def _image(value) -> str | None:
+def _image(value, limits: GradingLimits) -> str | None:
     text = "".join(value) if isinstance(value, list) else value
     ok = (
         isinstance(text, str)
-        and len(text) <= MAX_IMAGE
+        and len(text) <= limits.shown_image_chars
         and re.fullmatch(r"[A-Za-z0-9+/=\s]*", text)
     )
     return text if ok else None
 
 
-def inert_outputs(outputs) -> list:
+def inert_outputs(outputs, limits: GradingLimits = DEFAULT) -> list:
     """A student's stored outputs, reduced: stream text, text/plain, PNG/JPEG; capped; no metadata."""
     import nbformat
 
+    def text(value) -> str:
+        return capped(value, limits)
+
     kept = []
-    for out in outputs[:MAX_OUTPUTS] if isinstance(outputs, list) else []:
+    for out in outputs[: limits.shown_cell_outputs] if isinstance(outputs, list) else []:
         kind = out.get("output_type") if isinstance(out, dict) else None
         if kind == "stream":
             name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
-            kept.append(
-                nbformat.v4.new_output("stream", name=name, text=_text(out.get("text", "")))
-            )
+            kept.append(nbformat.v4.new_output("stream", name=name, text=text(out.get("text", ""))))
         elif kind in ("execute_result", "display_data"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
-            clean = {k: v for k in RASTER if (v := _image(data.get(k))) is not None}
+            clean = {k: v for k in RASTER if (v := _image(data.get(k), limits)) is not None}
             if "text/plain" in data or not clean:
-                clean["text/plain"] = _text(data.get("text/plain", "[output not shown]"))
+                clean["text/plain"] = text(data.get("text/plain", "[output not shown]"))
             kept.append(nbformat.v4.new_output("display_data", data=clean))
         elif kind == "error":
-            line = _text(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
+            line = text(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
             kept.append(
                 nbformat.v4.new_output(
                     "error",
-                    ename=_text(out.get("ename", "Error"))[:200],
-                    evalue=_text(out.get("evalue", "")),
+                    ename=text(out.get("ename", "Error"))[:200],
+                    evalue=text(out.get("evalue", "")),
                     traceback=[line],
                 )
             )
@@ -219,14 +222,14 @@ _BLANK = (
 )
 
 
-def inert_attachments(attachments, source: str = "") -> dict:
+def inert_attachments(attachments, source: str = "", limits: GradingLimits = DEFAULT) -> dict:
     """A markdown cell's attachments, only PNG/JPEG images; every ``attachment:NAME`` the ``source``
     refers to that is gone (or never was) becomes a blank PNG: nbconvert refuses to render a page
     whose markdown names a missing attachment, and one student's page must not fail."""
     kept = {}
     for name, bundle in (attachments or {}).items() if isinstance(attachments, dict) else []:
         if isinstance(name, str) and isinstance(bundle, dict):
-            images = {k: v for k in RASTER if (v := _image(bundle.get(k))) is not None}
+            images = {k: v for k in RASTER if (v := _image(bundle.get(k), limits)) is not None}
             if images:
                 kept[name] = images
     for name in re.findall(r"attachment:([^\s)\"'<>]+)", source if isinstance(source, str) else ""):
@@ -234,14 +237,14 @@ def inert_attachments(attachments, source: str = "") -> dict:
     return kept
 
 
-def fold_outputs(cells) -> None:
-    """In place: the notebook's first MAX_NOTEBOOK_OUTPUTS stored outputs kept (test cells' verdicts
+def fold_outputs(cells, limits: GradingLimits = DEFAULT) -> None:
+    """In place: the notebook's first ``limits.shown_notebook_outputs`` stored outputs kept (test cells' verdicts
     apart), the rest replaced by one line saying how many are left out. Every page that shows the
     notebook (formgrader, feedback) converts and validates each output several times over: 2000
     cells of 20 outputs each, within the grading bounds, took formgrader ~10 s of CPU to open."""
     import nbformat
 
-    left, dropped, first = MAX_NOTEBOOK_OUTPUTS, 0, None
+    left, dropped, first = limits.shown_notebook_outputs, 0, None
     for cell in cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         outputs = cell.get("outputs") if cell.get("cell_type") == "code" else None
@@ -258,26 +261,35 @@ def fold_outputs(cells) -> None:
                 "stream",
                 name="stdout",
                 text=f"[... {dropped} more outputs not shown: pages show the notebook's first "
-                f"{MAX_NOTEBOOK_OUTPUTS}; open the submitted notebook to read them]\n",
+                f"{limits.shown_notebook_outputs}; open the submitted notebook to read them]\n",
             )
         )
 
 
-def inert_cell(cell, added: bool) -> None:
-    """Make one cell of a student's notebook inert in place; ``added``: not a cell of the source."""
+def sanitize_cell(cell, added: bool, limits: GradingLimits = DEFAULT) -> None:
+    """Make one cell of a student's notebook inert in place; ``added``: not a cell of the source.
+    The one rule for a student's cell: both autograded notebooks (``feedback.autograded_notebook``,
+    ``InertStudentCells``) pass every student cell through it."""
     meta = (
         cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
     )
     cell["metadata"] = {"nbgrader": meta} if isinstance(meta, dict) and not added else {}
     if cell.get("cell_type") == "code":
-        cell["outputs"] = inert_outputs(cell.get("outputs", []))
+        cell["outputs"] = inert_outputs(cell.get("outputs", []), limits)
     elif cell.get("cell_type") == "markdown":
         source = cell.get("source", "")
         cell["attachments"] = inert_attachments(
-            cell.get("attachments"), "".join(source) if isinstance(source, list) else source
+            cell.get("attachments"), "".join(source) if isinstance(source, list) else source, limits
         )
         if not cell["attachments"]:
             del cell["attachments"]
+
+
+def sanitized(cell, added: bool, limits: GradingLimits = DEFAULT):
+    """``sanitize_cell`` on a copy (a shallow one: it replaces metadata, outputs and attachments)."""
+    cell = copy.copy(cell)
+    sanitize_cell(cell, added, limits)
+    return cell
 
 
 def inert_metadata(metadata) -> dict:
@@ -299,17 +311,19 @@ def inert_metadata(metadata) -> dict:
 
 class InertStudentCells(Preprocessor):
     """``nbgrader autograde`` (the Autograde button): after grading, the notebook it writes keeps no
-    active content (``inert_cell`` for every cell; a cell whose nbgrader grade id is not a plain name,
-    as every source cell's is, counts as added: its metadata goes)."""
+    active content (``sanitize_cell`` for every cell; a cell whose nbgrader grade id is not a plain
+    name, as every source cell's is, counts as added: its metadata goes). The caps are the course
+    config's limits (``c.SandboxedExecute.limits``), as ``mlbook grade-class`` uses."""
 
     enabled = True
 
     def preprocess(self, nb, resources):
+        limits = limits_from_config(self.config)
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader")
             gid = meta.get("grade_id") if isinstance(meta, dict) else None
-            inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
-        fold_outputs(nb.cells)
+            sanitize_cell(cell, not (isinstance(gid, str) and _NAME.fullmatch(gid)), limits)
+        fold_outputs(nb.cells, limits)
         mine = nb.metadata.get("mlbook")
         nb.metadata = {
             **inert_metadata(nb.metadata),

@@ -9,10 +9,13 @@ plain JSON. Three ways to change one, later ones winning:
       c.SandboxedExecute.limits = {"memory_bytes": 2 * 1024**3, "cell_seconds": 30}
 
 - the command line: ``mlbook grade ... --limit memory_bytes=2147483648 --limit cell_seconds=30``
-  (``mlbook grade-class`` too);
+  (``mlbook grade-class`` too; ``--budget S`` is ``--limit budget_seconds=S``);
 - in code and tests: ``dataclasses.replace(GradingLimits(), cell_seconds=8.0)``.
 
-An unknown name is refused everywhere, with the known ones listed (a typo never passes silently).
+An unknown name is refused everywhere, with the known ones listed (a typo never passes silently),
+and every way of building one (``dataclasses.replace`` too) checks the values (``__post_init__``).
+``mlbook limits`` lists every field with its docstring; ``mlbook limits --markdown`` writes the
+README's table (``tests/test_limits.py`` compares them).
 Times are seconds CHARGED to the sandbox (see ``sandbox.Runner.request``): its own CPU time, or the
 time it ran or slept inside a request, never time it waited for a CPU held by other processes, so a
 busy machine does not change a grade. Each has a wall-clock backstop ``wall_factor`` times larger.
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 
 
 class UnknownLimit(ValueError):
-    """A limit name that ``GradingLimits`` does not have, or a value that is not a positive number."""
+    """A limit name that ``GradingLimits`` does not have, a value that is not a positive number of
+    the field's type, or limits whose relations do not hold (``GradingLimits.__post_init__``)."""
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,17 @@ class GradingLimits:
     check_seconds: float = 90.0
     """one whole graded check (the training test makes ~150 calls)"""
     budget_seconds: float = 300.0
-    """one submission, every check together (``mlbook grade --timeout``, ``grade-class --budget``)"""
+    """one submission, every check together (``--budget`` of ``mlbook grade`` and ``grade-class``)"""
     wall_factor: float = 3.0
     """wall-clock backstop = this x each budget above (per submission: counted from reading the file)"""
     start_seconds: float = 60.0
     """wall clock for a sandbox to start (bubblewrap, import torch)"""
     grace_seconds: float = 5.0
     """past the submission's wall backstop + this, a watchdog kills the sandbox whatever runs"""
+    request_seconds: float = 10.0
+    """the grader's own requests to the sandbox (binding names, reading which are defined; not charged)"""
+    restarts: int = 6
+    """sandbox restarts (after a crash or a hang) one submission may cause; past them it stops"""
 
     # ---- the submission file, checked before it is parsed (``bounds.scan``). What is graded (the
     # file, its cells, their sources, the JSON around them) past one: "too large: ...", nothing runs.
@@ -82,6 +90,18 @@ class GradingLimits:
     """size of the sandbox's /tmp (a tmpfs)"""
     shm_bytes: int = 16 * 1024**2
     """size of the sandbox's /dev/shm (a tmpfs)"""
+    printed_bytes: int = 8 * 1024
+    """bytes kept of what the sandboxed process itself prints (stdout, stderr); the rest is counted"""
+
+    # ---- what people read: the autograded notebook, formgrader, the feedback page (``inert.py``)
+    shown_chars: int = 2000
+    """characters of one text output or one verdict message kept (the rest: "... [N more characters]")"""
+    shown_cell_outputs: int = 20
+    """stored outputs of one cell kept"""
+    shown_notebook_outputs: int = 200
+    """stored outputs of the whole notebook kept (test cells' verdicts apart); the rest is one line"""
+    shown_image_chars: int = 2_000_000
+    """base64 characters of one kept PNG/JPEG image (an output or an attachment; larger: left out)"""
 
     # ---- a class run (``mlbook grade-class``)
     attempts: int = 2
@@ -91,6 +111,23 @@ class GradingLimits:
     a submission; from then on the submission's backstop + ``grace_seconds`` holds, writing included"""
 
     # ------------------------------------------------------------------ building one
+    def __post_init__(self) -> None:
+        """Every field a positive number of its type (an int field takes a whole float, a float field
+        an int), and the relations a grading needs; ``dataclasses.replace`` runs this too."""
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _number(f.name, getattr(self, f.name), parse=False))
+        for low, high in _ORDERED:
+            if getattr(self, low) > getattr(self, high):
+                raise UnknownLimit(
+                    f"grading limit {low!r} ({getattr(self, low)!r}) must not exceed "
+                    f"{high!r} ({getattr(self, high)!r})"
+                )
+        if self.wall_factor < 1:
+            raise UnknownLimit(
+                f"grading limit 'wall_factor' must be at least 1 (a backstop is never shorter than "
+                f"its budget), not {self.wall_factor!r}"
+            )
+
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
@@ -109,11 +146,12 @@ class GradingLimits:
         return dataclasses.replace(self, **changes)
 
     def updated(self, changes: dict | None) -> GradingLimits:
-        """A copy with ``changes`` (a course config's or a JSON dict), names and values checked."""
+        """A copy with ``changes`` (a course config's or a JSON dict, or the command line's strings),
+        names and values checked."""
         changes = dict(changes or {})
         self._refuse_unknown(changes)
         for key, value in changes.items():
-            changes[key] = _number(key, value)
+            changes[key] = _number(key, value, parse=True)
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -147,11 +185,19 @@ class GradingLimits:
         }
 
 
-def _number(key: str, value) -> float | int:
-    """``value`` as the field's type (int or float), positive; a string from the command line is parsed."""
+# (smaller, larger): pairs of limits whose order a grading relies on
+_ORDERED = (
+    ("call_seconds", "check_seconds"),  # a check makes calls
+    ("shown_cell_outputs", "shown_notebook_outputs"),  # a cell is part of the notebook
+)
+
+
+def _number(key: str, value, parse: bool = True) -> float | int:
+    """``value`` as the field's type (int or float), positive; a string (the command line's) is
+    parsed when ``parse``, and refused otherwise (a dataclass built in code holds numbers)."""
     kind = {f.name: f.type for f in dataclasses.fields(GradingLimits)}[key]
     try:
-        number = float(value) if isinstance(value, str) else value
+        number = float(value) if isinstance(value, str) and parse else value
         if isinstance(number, bool) or not isinstance(number, int | float) or not number > 0:
             raise ValueError
         if kind == "int":
@@ -168,6 +214,61 @@ def _number(key: str, value) -> float | int:
 
 
 DEFAULT = GradingLimits()
-HELP = "\n".join(
-    f"  {f.name} = {getattr(DEFAULT, f.name)!r}" for f in dataclasses.fields(GradingLimits)
-)
+
+
+def limits_from_config(config) -> GradingLimits:
+    """The limits a course's nbgrader config sets (``c.SandboxedExecute.limits``, and ``.budget``:
+    the config's spelling of ``budget_seconds``, as ``--budget`` is the command line's)."""
+    section = config.get("SandboxedExecute", {}) if config is not None else {}
+    limits = DEFAULT.updated(section.get("limits") or {})
+    if section.get("budget"):
+        limits = limits.replace(budget_seconds=float(section["budget"]))
+    return limits
+
+
+def field_docs() -> dict[str, str]:
+    """Each field's docstring (the string literal under it in this file), one line each."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(GradingLimits)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _shown(name: str, value) -> str:
+    """A default as a person reads it: 3 GiB, 16 MiB, 2,000,000, 20 s."""
+    if name.endswith("_seconds"):
+        return f"{value:g} s"
+    if name.endswith("_bytes") and value >= 1024 and value % 1024 == 0:
+        for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+            if value % size == 0:
+                return f"{value // size} {unit}"
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def help_text(limits: GradingLimits = DEFAULT) -> str:
+    """``--limit``'s help: every field, its value and what it bounds (generated from the fields)."""
+    docs = field_docs()
+    return "\n".join(
+        f"  {f.name} = {getattr(limits, f.name)!r}: {docs[f.name]}"
+        for f in dataclasses.fields(GradingLimits)
+    )
+
+
+def markdown_table(limits: GradingLimits = DEFAULT) -> str:
+    """The README's limits table (``mlbook limits --markdown``), generated from the fields."""
+    docs = field_docs()
+    rows = ["| limit | default | what it bounds |", "| --- | --- | --- |"]
+    for f in dataclasses.fields(GradingLimits):
+        what = docs[f.name].replace("``", "`").replace("|", "\\|")
+        rows.append(f"| `{f.name}` | {_shown(f.name, getattr(limits, f.name))} | {what} |")
+    return "\n".join(rows) + "\n"

@@ -15,8 +15,7 @@ import json
 import pathlib
 import sys
 
-from mlbook_tools.feedback import printable
-from mlbook_tools.result import EXTRA_PREFIX
+from mlbook_tools.result import EXTRA_PREFIX, printable
 
 
 def _state(course: pathlib.Path, assignment: str) -> pathlib.Path:

@@ -29,6 +29,18 @@ def grade_id(cell) -> str | None:
     return gid if isinstance(gid, str) else None
 
 
+def cell_points(cell) -> float:
+    """The points a graded cell is worth: its nbgrader points, or for extra credit (nbgrader points 0,
+    scored as ``Grade.extra_credit``) the points ``mlbook build`` states in ``metadata.mlbook``.
+    Read by the plan (what runs) and the pages (what people read) alike."""
+    meta = cell.get("metadata", {})
+    mlbook = meta.get("mlbook", {}) if isinstance(meta, dict) else {}
+    if isinstance(mlbook, dict) and "extra_credit" in mlbook:
+        return float(mlbook["extra_credit"])
+    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return float(nbgrader.get("points", 0) if isinstance(nbgrader, dict) else 0)
+
+
 @dataclass
 class Placement:
     copies: dict[str, dict] = field(default_factory=dict)  # grade id -> the student's (first) copy

@@ -22,13 +22,12 @@ from mlbook_tools.grading import (
     assignment_points,
     export_course,
     grade_submission,
-    limits_from_config,
     load_course,
     refused_result,
     submission_status,
 )
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
-from mlbook_tools.limits import GradingLimits
+from mlbook_tools.limits import GradingLimits, limits_from_config
 from mlbook_tools.result import GradingResult, is_extra
 
 CODE_STUB = (

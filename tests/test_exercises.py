@@ -6,7 +6,6 @@ tested is what students and graders get: the checks must pass on the worked solu
 plausible wrong answers.
 """
 
-import ast
 import copy
 import dataclasses
 import math
@@ -23,6 +22,7 @@ from mlbook_solutions import ppo_lm as sol
 from mlbook_solutions.run_toy import CHAPTER_RUN
 from mlbook_tools.config import layout
 from mlbook_tools.driver import DEMO_TAG
+from nbcells import defines
 from ppo_checks import CHECKS
 
 from mlbook.posttrain.toy_lm import (
@@ -144,22 +144,16 @@ def test_exercise_cells_in_release_and_solved(solved, release):
         if c.cell_type == "code"
         and c.metadata["nbgrader"].get("solution")
         and DEMO_TAG not in c.metadata.get("tags", [])
-        and _defined(c.source)
+        and defines(c.source)
     ]
     assert stubs, "no exercise answer cell defines a function"
     for gid in stubs:
-        assert _defined(_cell(solved, gid)) == _defined(_cell(release, gid)), gid
+        assert defines(_cell(solved, gid)) == defines(_cell(release, gid)), gid
     checks = [gid for gid in CHECKS if gid in {_grade_id(c) for c in solved}]
     assert checks and all(CHECKS[g].extra for g in checks), checks
     for gid in checks:
         assert f"def {CHECKS[gid].fn.__name__}(" in _cell(solved, gid), gid
-        assert set(CHECKS[gid].names) <= {n for g in stubs for n in _defined(_cell(solved, g))}, gid
-
-
-def _defined(source: str) -> list[str]:
-    """The functions and classes a cell defines at top level."""
-    tree = ast.parse(source)
-    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert set(CHECKS[gid].names) <= {n for g in stubs for n in defines(_cell(solved, g))}, gid
 
 
 # ------------------------------------------------------------------------------------ exercise 1

@@ -25,7 +25,6 @@ from ppo_checks import CHECKS
 _ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
 SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_ppo_clip_loss"]
 VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
-ALL = [SHAPED, GAE, CLIP, VALUE, KL, TRAIN]
 
 KINDS = [
     "in-process tampering",

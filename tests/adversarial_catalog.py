@@ -25,7 +25,13 @@ from ppo_checks import CHECKS
 _ID = {c.fn.__name__: gid for gid, c in CHECKS.items()}  # grade ids from the one registry
 SHAPED, GAE, CLIP = _ID["check_shaped_rewards"], _ID["check_gae"], _ID["check_ppo_clip_loss"]
 VALUE, KL, TRAIN = _ID["check_value_loss"], _ID["check_kl_controller"], _ID["check_train_ppo"]
-ALL = [SHAPED, GAE, CLIP, VALUE, KL, TRAIN]
+
+
+def breaks(symbol: str) -> list[str]:
+    """The core tests a submission loses when its answer ``symbol`` is broken: every check that takes
+    it, and the training loop's (the reference loop calls the student's answers of §3)."""
+    return [g for g, c in CHECKS.items() if not c.extra and (symbol in c.names or g == TRAIN)]
+
 
 KINDS = [
     "in-process tampering",
@@ -166,10 +172,10 @@ ENTRIES = {
         "'{TOKEN}'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         "if os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n    os._exit(0)\n")),
     # ------------------------------------------------------------------ resource abuse (on a correct notebook)
-    "memory_hog_in_gae": dict(kind=KINDS[4], base="solved", lost=[GAE, TRAIN], cells={"gae": (
+    "memory_hog_in_gae": dict(kind=KINDS[4], base="solved", lost=breaks("gae"), cells={"gae": (
         "import torch\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    hog = [torch.ones(256, 1024, 1024) for _ in range(24)]  # 24 GiB\n    return hog[0], hog[1]\n")}),
-    "cpu_loop_ignoring_sigint": dict(kind=KINDS[4], base="solved", lost=[VALUE, TRAIN], cells={"value_loss": (
+    "cpu_loop_ignoring_sigint": dict(kind=KINDS[4], base="solved", lost=breaks("value_loss"), cells={"value_loss": (
         "import signal\n\n\ndef value_loss(values, old_values, returns, response_mask, clip_eps=0.2):\n"
         "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "    while True:\n        pass\n")}),
@@ -182,13 +188,13 @@ ENTRIES = {
     "disk_filler": dict(kind=KINDS[4], base="solved", lost=[], append=[
         "try:\n    with open('/tmp/fill', 'wb') as f:\n        for _ in range(2048):\n            f.write(b'0' * 1024 * 1024)\n"
         "except (OSError, MemoryError) as err:\n    print('disk full', err)\n"]),
-    "kernel_dies_in_gae_cell": dict(kind=KINDS[4], base="solved", lost=[GAE, TRAIN],
+    "kernel_dies_in_gae_cell": dict(kind=KINDS[4], base="solved", lost=breaks("gae"),
                                     cells={"gae": "import os\nos._exit(1)\n"}),
-    "top_level_endless_loop": dict(kind=KINDS[4], base="solved", lost=[VALUE, TRAIN],
+    "top_level_endless_loop": dict(kind=KINDS[4], base="solved", lost=breaks("value_loss"),
                                    cells={"value_loss": "while True:\n    pass\n"}),
     # ------------------------------------------------------------------ cell-structure damage
     "duplicated_graded_cell": dict(kind=KINDS[5], base="solved", lost=[], damage="duplicate:" + GAE),
-    "deleted_answer_cell": dict(kind=KINDS[5], base="solved", lost=[GAE, TRAIN], damage="delete:gae"),
+    "deleted_answer_cell": dict(kind=KINDS[5], base="solved", lost=breaks("gae"), damage="delete:gae"),
     # nbgrader drops an unknown grade id and runs the cell (OverwriteCells): so does the engine (noted as a problem)
     "renamed_answer_cell": dict(kind=KINDS[5], base="solved", lost=[], damage="rename:ppo_clip_loss"),
     "stripped_test_cell_metadata": dict(kind=KINDS[5], base="solved", lost=[], damage="strip:" + VALUE),
@@ -206,7 +212,7 @@ ENTRIES = {
         "import sys\n_gae = gae\n\n\ndef gae(*a, **k):\n    print('debug: gae called', file=sys.stderr)\n"
         "    print('Traceback (most recent call last): fake')\n"
         "    return _gae(*a, **k)\n"]),
-    "crash_in_one_function": dict(kind=KINDS[6], base="solved", lost=[CLIP, TRAIN], cells={"ppo_clip_loss": (
+    "crash_in_one_function": dict(kind=KINDS[6], base="solved", lost=breaks("ppo_clip_loss"), cells={"ppo_clip_loss": (
         "def ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
         "    return undefined_name\n")}),
 }
@@ -289,11 +295,11 @@ ENTRIES.update({
         "    logp_ref.copy_(logp_policy)\n    scores.zero_()\n    return torch.zeros_like(logp_policy)\n",
         "gae": "import torch\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    rewards.zero_()\n    values.zero_()\n    return torch.zeros_like(rewards), torch.zeros_like(rewards)\n"}),
-    "writeback_fake_value_loss": dict(kind="write-back forge", base="solved", lost=[VALUE, TRAIN], cells={"value_loss": (
+    "writeback_fake_value_loss": dict(kind="write-back forge", base="solved", lost=breaks("value_loss"), cells={"value_loss": (
         "import torch\n\n\ndef value_loss(values, old_values, returns, response_mask, clip_eps=0.2):\n"
         "    with torch.no_grad():\n        values.copy_(returns)\n        old_values.copy_(returns)\n"
         "    return (values * 0).sum()\n")}),
-    "writeback_wrong_clip_plus_two_lines": dict(kind="write-back forge", base="solved", lost=[CLIP, TRAIN], cells={"ppo_clip_loss": (
+    "writeback_wrong_clip_plus_two_lines": dict(kind="write-back forge", base="solved", lost=breaks("ppo_clip_loss"), cells={"ppo_clip_loss": (
         "import torch\n\n\ndef ppo_clip_loss(logp_new, logp_old, advantages, response_mask, clip_eps=0.2):\n"
         "    ratio = torch.exp(logp_new - logp_old)  # no clipping: a catalogued wrong answer\n"
         "    loss = -(ratio * advantages * response_mask).sum() / response_mask.sum()\n"
@@ -312,7 +318,7 @@ ENTRIES.update({
     "memory_dev_shm_hog": dict(kind="memory", base="solved", lost=[], add=[
         "try:\n    with open('/dev/shm/hog', 'wb') as _f:\n        for _ in range(4096):\n            _f.write(b'1' * 2**20)\n"
         "except OSError as err:\n    print('shm capped', err)\n"]),
-    "memory_memfd_hog_in_gae": dict(kind="memory", base="solved", lost=[GAE, TRAIN], cells={"gae": (
+    "memory_memfd_hog_in_gae": dict(kind="memory", base="solved", lost=breaks("gae"), cells={"gae": (
         "import os\n\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    fds = [os.memfd_create('hog') for _ in range(100)]\n"
         "    for fd in fds:\n        for _ in range(60):\n            os.write(fd, b'1' * 2**20)\n    return rewards, values\n")}),
@@ -344,7 +350,7 @@ ENTRIES.update({
     # every cell that calls gae is cut at the cell limit (interrupted, as Jupyter does; charged exactly
     # the limit) and so is every call of gae: it loses gae's tests and keeps every other, whatever the
     # load (restarts, replays and the driver's own waits are never charged: tests/test_load.py)
-    "slow_every_call": dict(kind="slow", base="solved", lost=[GAE, TRAIN], cells={"gae": _SLOW_GAE}),
+    "slow_every_call": dict(kind="slow", base="solved", lost=breaks("gae"), cells={"gae": _SLOW_GAE}),
     "slow_busy_threads": dict(kind="slow", base="solved", lost=None, add=[
         "import threading\n\n\ndef _spin():\n    while True:\n        pass\n\n\n"
         "_spinners = [threading.Thread(target=_spin, daemon=True) for _ in range(8)]\n"
@@ -359,7 +365,7 @@ ENTRIES.update({
     "malformed_oversize_length": dict(kind="malformed frame", base="release", cells={"gae": (
         "import os, struct\n" + _REPLY_FD + "\n\ndef gae(rewards, values, response_mask, gamma=1.0, lam=0.95):\n"
         "    os.write(_REPLY, struct.pack('<Q', 1 << 40) + b'x' * 1000)\n    return rewards, values\n")}),
-    "malformed_frame_in_correct_work": dict(kind="malformed frame", base="solved", lost=[GAE, TRAIN], cells={"gae": _malformed(
+    "malformed_frame_in_correct_work": dict(kind="malformed frame", base="solved", lost=breaks("gae"), cells={"gae": _malformed(
         b'{"ok": true, "result": {"pickle": "gASV"}}')}),
     # the runner's own reply to "which names are defined?" broken: the runner exits there, or every
     # reply after this cell is a fixed string (a grade, never an engine error; round 3 of attacks)

@@ -337,7 +337,6 @@ def _wait_until_no_process_names(token: str, timeout: float = 60.0) -> None:
 
 # Points, from the one registry (``ppo_checks.CHECKS``, ``@graded``) and the source notebook's metadata.
 CORE = {g: c.points for g, c in CHECKS.items() if not c.extra}  # the six named tests
-CORE_MAX = sum(CORE.values())
 EXTRA_AUTO = sum(c.points for c in CHECKS.values() if c.extra)  # the autograded extra credit
 
 

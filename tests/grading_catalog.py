@@ -7,8 +7,7 @@ catalog serves two tests: ``test_grading_catalog.py`` runs the graded checks on 
 
 ``WRONG[name] = (graded test that must fail, defined symbol, source)``;
 ``CORRECT[name] = (defined symbol, source)``. ``test_visible_checks.py`` also runs every wrong answer
-through the check cells students see: ``HIDDEN_ONLY[name] = reason`` marks the mistakes deliberately
-left to the hidden tests alone.
+through the check cells students see: each must be caught there too.
 """
 
 from ppo_checks import CHECKS
@@ -369,7 +368,3 @@ CORRECT = {
         "        return self.beta\n",
     ),
 }
-
-# Wrong answers that the visible check cells of §3 deliberately let through (the hidden tests catch
-# them), with the reason. Empty: every mistake above makes a visible check print what is wrong.
-HIDDEN_ONLY: dict[str, str] = {}

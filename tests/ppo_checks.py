@@ -759,3 +759,7 @@ def check_ex_pairwise_loss(pairwise_loss, seed=0):
         "the loss must stay finite and exact when a margin is large (about 100): compute "
         "log sigmoid in a numerically stable way (torch.nn.functional.logsigmoid or softplus)",
     )
+
+
+# The most a submission scores without extra credit: every total in the tests and docs derives from it.
+CORE_MAX = sum(c.points for c in CHECKS.values() if not c.extra)

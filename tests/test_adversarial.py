@@ -21,7 +21,6 @@ from graded_class import (
     BOUND,
     BUDGET,
     CORE,
-    CORE_MAX,
     FULL_ENTRIES,
     LIMITS,
     NB,
@@ -32,6 +31,7 @@ from graded_class import (
 )
 from mlbook_tools import driver, grading
 from mlbook_tools.classgrade import grade_class
+from ppo_checks import CORE_MAX
 
 pytestmark = [pytest.mark.classrun, pytest.mark.sandbox]
 

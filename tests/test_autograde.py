@@ -17,10 +17,11 @@ import sys
 import grading_catalog as cat
 import nbformat
 import pytest
-from graded_class import CORE, CORE_MAX, EXTRA_AUTO, MISTAKES, NB, ROOT, submit, written_answers
+from graded_class import CORE, EXTRA_AUTO, MISTAKES, NB, ROOT, submit, written_answers
 from mlbook_tools import build
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.grading import read_scores, run_nbgrader
+from ppo_checks import CORE_MAX
 
 pytestmark = [pytest.mark.classrun, pytest.mark.nbgrader, pytest.mark.sandbox]
 

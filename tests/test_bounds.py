@@ -26,6 +26,7 @@ from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from ppo_checks import CORE_MAX
 from traitlets.config import Configurable
 
 pytestmark = pytest.mark.sandbox  # conftest skips these where bubblewrap cannot start
@@ -228,7 +229,7 @@ def test_the_autograde_button_refuses_a_huge_submission(tmp_path, huge):
     # the real command: the refusal is that student's grade in the gradebook
     run_nbgrader(["autograde", NB, "--force"], course)
     scores = read_scores(course / "gradebook.db", NB, "big")
-    assert scores["score"] == 0 and scores["max_score"] == 10
+    assert scores["score"] == 0 and scores["max_score"] == CORE_MAX
     autograded = nbformat.read(course / "autograded" / "big" / NB / f"{NB}.ipynb", as_version=4)
     assert "too large: " in autograded.cells[0].source
 
@@ -261,7 +262,7 @@ def test_a_correct_notebook_with_20_mb_of_plots_and_deep_metadata_earns_its_poin
     path.write_text(_plots_and_deep_metadata())
     assert 16 * 1024**2 < path.stat().st_size < DEFAULT_LIMITS.max_notebook_bytes
     result = grading.grade_notebook(path, NB)
-    assert result.error is None and result.core.score == result.core.max_score == 10, (
+    assert result.error is None and result.core.score == result.core.max_score == CORE_MAX, (
         result.problems
     )
     notes = [p for p in result.problems if "left out" in p]
@@ -286,7 +287,7 @@ def test_the_empty_dict_bomb_is_graded_within_its_backstop_in_a_class_run(tmp_pa
     bomb = results["bomb"]
     assert not bomb.get("ungraded"), bomb
     assert bomb["seconds"] <= budget * DEFAULT_LIMITS.wall_factor + 5, bomb["seconds"]
-    assert bomb["score"] == bomb["max_score"] == 10, bomb
+    assert bomb["score"] == bomb["max_score"] == CORE_MAX, bomb
     assert any("stored metadata (18.0 MB" in p for p in bomb["problems"]), bomb["problems"]
     autograded = course / "autograded" / "bomb" / NB / f"{NB}.ipynb"
     assert autograded.stat().st_size < 2 * 1024**2

@@ -4,12 +4,15 @@ Adding a graded function is one check with its decorator and one fragment header
 the test cell (points, hidden check, call) from the registry and refuses a header key it does not know.
 """
 
+import dataclasses
+import re
+
 import jupytext
 import nbformat
 import pytest
 from mlbook_tools import build
 from mlbook_tools.config import layout
-from ppo_checks import CHECKS, graded
+from ppo_checks import CHECKS, CORE_MAX, graded
 
 pytestmark = pytest.mark.unit
 
@@ -17,10 +20,12 @@ ROOT = layout().root
 SOURCE = ROOT / "autograde" / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"
 
 
-def test_registry_declares_the_six_named_tests_and_the_extra_credit():
+def test_registry_declares_the_named_tests_and_the_extra_credit():
     core = {g: c for g, c in CHECKS.items() if not c.extra}
-    # the six named tests; their points are declared only by @graded (no total is copied here)
-    assert len(core) == 6 and all(c.points > 0 for c in CHECKS.values())
+    # the named tests and their points are declared only by @graded (no count or total is copied here)
+    assert core and all(g.startswith("test_") for g in core)
+    assert all(c.points > 0 for c in CHECKS.values())
+    assert CORE_MAX == sum(c.points for c in core.values())
     assert all(g.startswith("ex") for g, c in CHECKS.items() if c.extra)
     assert CHECKS["test_train_ppo_increases_reward_with_bounded_kl"].names == (
         "train_ppo",
@@ -39,6 +44,8 @@ def test_source_notebook_test_cells_come_from_the_registry():
         )
         assert points == check.points, gid
         assert check.call_source() in cell.source and "@graded" not in cell.source, gid
+        # the visible points line is the declaration's, written by the build
+        assert f"# Graded ({build.points_phrase(check)}):" in cell.source, gid
     tests = [
         g
         for g, c in cells.items()
@@ -87,3 +94,76 @@ def test_the_fragments_use_only_known_keys():
     for frag in sorted(layout().chapters_src.glob("*/[0-9]*.py")):
         for i, cell in enumerate(jupytext.reads(frag.read_text(), fmt="py:percent").cells):
             build._check_header(frag, i, cell)
+
+
+def test_points_phrase_reads_as_the_fragment_used_to_say_it():
+    gae, ex = CHECKS["test_gae_matches_brute_force_and_mc_return"], CHECKS["ex4_ptx_test"]
+    assert build.points_phrase(gae) == f"{gae.points:g} points"
+    assert build.points_phrase(dataclasses.replace(gae, points=1)) == "1 point"
+    assert build.points_phrase(dataclasses.replace(ex, points=1)) == "1 point, extra credit"
+    assert build.points_phrase(dataclasses.replace(gae, points=1.5)) == "1.5 points"
+
+
+def test_a_hand_typed_points_line_fails_the_build(fragments):
+    _edit(
+        fragments,
+        "# Graded: hidden tests compare `gae`",
+        "# Graded (3 points): hidden tests compare `gae`",
+    )
+    with pytest.raises(ValueError, match=r"test_gae_matches.*by hand.*@graded"):
+        build.source_notebook("rlhf_ppo")
+
+
+def test_the_points_line_follows_the_declaration(fragments, monkeypatch):
+    gid = "test_gae_matches_brute_force_and_mc_return"
+    registry = {**CHECKS, gid: dataclasses.replace(CHECKS[gid], points=5)}
+    monkeypatch.setattr(build, "load_registry", lambda: registry)
+    cell = next(c for c in build.source_notebook("rlhf_ppo").cells if c.id == gid)
+    assert cell.source.startswith("# Graded (5 points): hidden tests compare `gae`")
+    assert cell.metadata["nbgrader"]["points"] == 5
+
+
+@pytest.mark.parametrize("bad", ["gea", "no_such_reference_name"])
+def test_a_check_parameter_the_grader_cannot_bind_fails_the_build(fragments, monkeypatch, bad):
+    """A parameter that is neither an answer cell's function or class nor an attribute of the
+    reference would make every submission UNGRADED at grading time: the build says so first."""
+    gid = "test_gae_matches_brute_force_and_mc_return"
+    registry = {**CHECKS, gid: dataclasses.replace(CHECKS[gid], names=(bad,))}
+    monkeypatch.setattr(build, "load_registry", lambda: registry)
+    with pytest.raises(ValueError, match=rf"check_gae .*{gid}.*parameter {bad!r}.*UNGRADED"):
+        build.source_notebook("rlhf_ppo")
+
+
+def test_check_parameters_accept_answer_symbols_and_reference_attributes():
+    cells = nbformat.read(SOURCE, as_version=4).cells
+    build.check_parameters(CHECKS, cells, (build.REFERENCE,))  # the chapter's own registry passes
+    # train_ppo and PPOConfig are the course's read-only code: found only in the reference
+    assert CHECKS["test_train_ppo_increases_reward_with_bounded_kl"].names == (
+        "train_ppo",
+        "PPOConfig",
+    )
+    with pytest.raises(ValueError, match=r"check_train_ppo .*parameter 'train_ppo'"):
+        build.check_parameters(CHECKS, cells, ("math",))  # not in that reference
+    answers_only = [c for c in cells if c.metadata["nbgrader"].get("grade_id") != "gae"]
+    with pytest.raises(ValueError, match=r"check_gae .*parameter 'gae'"):
+        build.check_parameters(CHECKS, answers_only, ("math",))
+
+
+def test_docs_state_the_registrys_core_total():
+    """The README, the fragments' README and the course config restate the core total in prose:
+    each statement must be CORE_MAX (a new or re-weighted check makes this fail until they agree)."""
+    root, n = layout().root, f"{CORE_MAX:g}"
+    said = {
+        "README.md": [r"six named tests \((\d+) points\)", r"core (\d+) / (\d+)"],
+        "solutions/chapter/README.md": [r"core tests \((\d+) points\)"],
+        "autograde/nbgrader_config.py": [r"as (\d+) \(\+ extra\) / (\d+)"],
+    }
+    for rel, patterns in said.items():
+        text = " ".join(root.joinpath(rel).read_text().split())
+        for pattern in patterns:
+            found = re.findall(pattern, text)
+            assert found, f"{rel}: no {pattern!r} (update this test where the text moved)"
+            numbers = {x for m in found for x in (m if isinstance(m, tuple) else (m,))}
+            assert numbers == {n}, (
+                f"{rel} states a core total of {sorted(numbers)}, the registry {n}"
+            )

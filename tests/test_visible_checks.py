@@ -3,35 +3,32 @@
 Every wrong answer of ``grading_catalog.py`` is pasted into a namespace like the notebook's and the
 visible check cells of §3 (the plain code cells between an answer cell and its graded cell) run on
 it. A wrong answer is *caught* when a check cell fails with an ``AssertionError`` whose message says
-what is wrong. The catalog marks the few mistakes that only the hidden tests catch, with the reason
-(``HIDDEN_ONLY``); the share caught and that list are pinned here. Every correct variant must pass
-the visible checks too, or a student with a right answer would be told it is wrong.
+what is wrong. Every catalogued mistake must be caught (a mistake deliberately left to the hidden
+tests would need its own list, with the reason). Every correct variant must pass the visible checks
+too, or a student with a right answer would be told it is wrong. Which graded tests have visible
+checks is read from the notebook and the registry (``ANSWERED_TESTS``), never listed here.
 """
 
 import grading_catalog as cat
 import pytest
-from visible_support import ALL_WRONG, CHECK_CELLS, SECTION, caught, run_visible
+from visible_support import ALL_WRONG, ANSWERED_TESTS, CHECK_CELLS, SECTION, caught, run_visible
 
 pytestmark = pytest.mark.unit
 
 
 def test_every_graded_function_has_visible_checks():
-    for test in (cat.SHAPED, cat.GAE, cat.CLIP, cat.VALUE, cat.KL):
+    # the core tests whose checks call an answer cell's symbol (not the training loop, read-only)
+    assert ANSWERED_TESTS == cat.ANSWERED and cat.TRAIN not in ANSWERED_TESTS
+    for test in ANSWERED_TESTS:
         assert CHECK_CELLS.get(test), f"no visible check cell before {test}"
 
 
 def test_catalog_through_visible_checks():
     names = sorted(ALL_WRONG)
+    assert names
     missed = sorted(name for name in names if not caught(name))
-    n_caught = len(names) - len(missed)
-    print(f"visible checks catch {n_caught} / {len(names)} wrong answers; hidden-only: {missed}")
-    assert missed == sorted(cat.HIDDEN_ONLY), (
-        "a wrong answer the visible checks miss must be marked HIDDEN_ONLY, with a reason"
-    )
-    unexplained = [n for n in missed if len(cat.HIDDEN_ONLY[n]) <= 30]
-    assert not unexplained, f"say why {unexplained} are left to the hidden tests"
-    assert n_caught / len(names) >= 0.9
-    assert (n_caught, len(names)) == (37, 37)  # the figure quoted in the issue's note
+    print(f"visible checks catch {len(names) - len(missed)} / {len(names)} wrong answers")
+    assert not missed, f"the visible checks let these wrong answers through: {missed}"
 
 
 @pytest.mark.parametrize("name", sorted(cat.CORRECT))

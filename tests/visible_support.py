@@ -8,6 +8,8 @@ import nbformat
 import torch
 from mlbook_solutions import ppo_lm
 from mlbook_tools.config import layout
+from nbcells import defines
+from ppo_checks import CHECKS, EXTRA_PREFIX
 
 SOLVED = layout().solved / "rlhf_ppo.ipynb"  # what `mlbook build` generated from the fragments
 
@@ -29,7 +31,22 @@ def visible_checks() -> dict[str, list[str]]:
     return checks
 
 
+def answer_symbols() -> set[str]:
+    """The functions and classes the answer cells of §3 define (core answers: grade ids not ex*)."""
+    out = set()
+    for cell in nbformat.read(SOLVED, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+            if not meta["grade_id"].startswith(EXTRA_PREFIX):
+                out |= set(defines(cell.source))
+    return out
+
+
 CHECK_CELLS = visible_checks()
+# The core graded tests whose checks call an answer (their visible checks are found in the notebook)
+ANSWERED_TESTS = [
+    gid for gid, c in CHECKS.items() if not c.extra and set(c.names) & answer_symbols()
+]
 ALL_WRONG = {**cat.WRONG, **cat.WRONG_IN_TRAINING}
 
 

@@ -76,6 +76,9 @@ HIDDEN_TESTS_TAG = "hidden-tests"
 CHECK_OUTPUT = "nbval-check-output"  # nbval compares this cell's stored output with a fresh run
 RAISES = "raises-exception"  # release only: the cell raises until the student's answers exist
 NOT_RECORDED = "<output not recorded: run `mlbook build`>\n"
+# The course's read-only code as the grader sees it: a check's parameter that no answer cell defines
+# is taken from this module (driver._reference_with binds it), so the build checks it is there.
+REFERENCE = "mlbook_solutions.ppo_lm"
 SANITIZER = "tests/nbval_sanitize.cfg"  # nbval's --nbval-sanitize-with file, relative to the root
 
 
@@ -220,6 +223,59 @@ def hidden_check(check, path: pathlib.Path | None = None) -> str:
     return "\n\n\n".join(parts + [quiet_call])
 
 
+# A test cell's visible comment on what it grades: the fragment writes `# Graded: ...` and the build
+# states the points declared with @graded there, `# Graded (2 points): ...` (never typed by hand).
+GRADED_LINE = "# Graded:"
+_HAND_TYPED = re.compile(r"^# Graded \(", re.MULTILINE)
+
+
+def points_phrase(check) -> str:
+    """``2 points``, ``1 point, extra credit``: what a test cell is worth, from its ``@graded``."""
+    n = f"{check.points:g}"
+    return f"{n} point{'' if n == '1' else 's'}" + (", extra credit" if check.extra else "")
+
+
+def points_line(src: str, check, frag: pathlib.Path) -> str:
+    """The test cell's visible lines with ``# Graded:`` filled in from ``check`` (and right-stripped)."""
+    if _HAND_TYPED.search(src):
+        raise ValueError(
+            f"{frag}: test {check.grade_id!r} states its points by hand ('# Graded (...)'); write "
+            f"'{GRADED_LINE} ...' and the build fills in the points of its @graded declaration"
+        )
+    lines = src.rstrip().split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(GRADED_LINE):
+            lines[i] = f"# Graded ({points_phrase(check)}):{line[len(GRADED_LINE) :]}"
+    return "\n".join(lines)
+
+
+def check_parameters(registry: dict, cells: list, references: tuple[str, ...]) -> None:
+    """Every parameter of a check used by a test cell of ``cells`` must be an answer cell's symbol
+    (a function or class an answer cell defines) or an attribute of a reference module (the course's
+    read-only code), else the grader could never call the check and every submission would be
+    UNGRADED: a build error naming the check and the parameter instead."""
+    answers = set()
+    for cell in cells:
+        meta = cell.metadata["nbgrader"]
+        if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+            tree = ast.parse(cell.source)  # the markers are comments
+            answers |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    modules = [importlib.import_module(m) for m in references]
+    for cell in cells:
+        meta = cell.metadata["nbgrader"]
+        check = registry.get(meta["grade_id"]) if meta.get("grade") else None
+        if check is None or meta.get("solution"):
+            continue
+        for name in check.names:
+            if name not in answers and not any(hasattr(m, name) for m in modules):
+                raise ValueError(
+                    f"check {check.fn.__name__} (test {check.grade_id!r}) takes parameter {name!r}, "
+                    f"which is neither a function or class an answer cell defines nor an attribute of "
+                    f"the reference ({', '.join(references)}): the grader could not call it, and every "
+                    "submission would be UNGRADED. Rename the parameter to a notebook name."
+                )
+
+
 # The keys a fragment's cell header may carry, by cell kind; anything else (a typo such as
 # `stub_method=`) fails the build instead of silently releasing a different cell.
 CODE_KEYS = {
@@ -338,9 +394,9 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
                         f"{frag}: test {meta['test']!r} has no check: declare one with "
                         f"@graded({meta['test']!r}, points=N) in {layout().checks.name}"
                     )
-                src = "\n".join([src.rstrip(), MARKERS[2], hidden_check(check), MARKERS[3]]).lstrip(
-                    "\n"
-                )
+                src = "\n".join(
+                    [points_line(src, check, frag), MARKERS[2], hidden_check(check), MARKERS[3]]
+                ).lstrip("\n")
                 md = _cell_meta(meta["test"], grade=True, points=check.points)
             else:
                 if "include" in meta:
@@ -368,6 +424,7 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
         "title": chapter_title(cells, nb_name),  # the page title nbconvert gives the reading form
     }
     _check_unique_ids(nb)
+    check_parameters(registry, cells, (REFERENCE,))
     return nb
 
 

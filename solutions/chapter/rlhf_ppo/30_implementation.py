@@ -61,7 +61,7 @@ print(
 )
 
 # %% test="test_shaped_rewards_places_score_and_kl" tags=["nbval-check-output"]
-# Graded (2 points): hidden tests compare `last_response_index` and `shaped_rewards` with a
+# Graded: hidden tests compare `last_response_index` and `shaped_rewards` with a
 # position-by-position computation on ragged batches (float32 and float64).
 
 # %% [markdown]
@@ -120,7 +120,7 @@ print(
 )
 
 # %% test="test_gae_matches_brute_force_and_mc_return" tags=["nbval-check-output"]
-# Graded (2 points): hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
+# Graded: hidden tests compare `gae` with the explicit sum over (gamma*lambda)^l delta
 # for several (gamma, lambda), and with the Monte-Carlo return at lambda = 1.
 
 # %% [markdown]
@@ -189,7 +189,7 @@ print(
 )
 
 # %% test="test_ppo_clip_loss_gradient_and_clipping" tags=["nbval-check-output"]
-# Graded (2 points): hidden tests check the value against a per-token loop, the gradient at ratio 1,
+# Graded: hidden tests check the value against a per-token loop, the gradient at ratio 1,
 # the zero gradient in each clipped region, the unclipped wrong-way cases and padding invariance.
 
 # %% stub="mlbook_solutions.ppo_lm:value_loss"
@@ -213,7 +213,7 @@ assert abs(float(wide) - 0.5 * (0.81 + 0.25 + 2.25) / 3) < 1e-6, (
 print("✓ value_loss takes the worse of the clipped and unclipped errors")
 
 # %% test="test_value_loss_clipping" tags=["nbval-check-output"]
-# Graded (1 point): hidden tests compare value and gradient with a per-token computation for two clip widths.
+# Graded: hidden tests compare value and gradient with a per-token computation for two clip widths.
 
 # %% [markdown]
 # ### 3.4 The KL controller
@@ -237,7 +237,7 @@ assert abs(ctl.update(12.0, n_steps=500) - 0.1 * 1.01) < 1e-12, (
 print("✓ AdaptiveKLController.update")
 
 # %% test="test_kl_controller_moves_beta_toward_target" tags=["nbval-check-output"]
-# Graded (1 point): hidden tests check single updates on both sides of the target, the n_steps form
+# Graded: hidden tests check single updates on both sides of the target, the n_steps form
 # and a closed loop in which beta must converge toward the target.
 
 # %% [markdown]
@@ -542,5 +542,5 @@ print(
 
 
 # %% test="test_train_ppo_increases_reward_with_bounded_kl" tags=["nbval-check-output"]
-# Graded (2 points): a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
+# Graded: a hidden, seeded 30-step run with beta = 0.5 must raise the mean reward and keep
 # the KL to the reference bounded.

@@ -98,7 +98,7 @@ print(
 )
 
 # %% test="ex_pairwise_loss_test" needs_answers=true tags=["nbval-check-output"]
-# Graded (1 point, extra credit): value and gradient against a loop over pairs, in float32 and float64,
+# Graded: value and gradient against a loop over pairs, in float32 and float64,
 # for several batch sizes; a large margin stays finite; the inputs are left as they were.
 _loss = pairwise_loss(torch.tensor([0.5, -0.5]), torch.tensor([0.0, 0.0]))
 assert isinstance(_loss, torch.Tensor) and _loss.numel() == 1, (

@@ -214,7 +214,7 @@ for ex3_seed in range(3):
 # %% stub="mlbook_solutions.exercises:make_ptx_loss" grade_id="ex4_ptx"
 
 # %% test="ex4_ptx_test" needs_answers=true tags=["nbval-check-output"]
-# Graded (1 point, extra credit): the value and the gradient of your term against a loop over positions,
+# Graded: the value and the gradient of your term against a loop over positions,
 # on models the test builds, and that it evaluates the policy it is given.
 import torch
 
@@ -331,7 +331,7 @@ show(
 # %% stub="mlbook_solutions.exercises:importance_ratios" grade_id="ex5_stale"
 
 # %% test="ex5_stale_test" needs_answers=true tags=["nbval-check-output"]
-# Graded (1 point, extra credit): your ratios against a loop over tokens, on a sampler and a policy that
+# Graded: your ratios against a loop over tokens, on a sampler and a policy that
 # has moved on since. The visible part: shape, a model against itself, and 1 off the response.
 import copy
 

@@ -5,7 +5,7 @@ Grading: `mlbook grade-class` (sandboxed; writes this course's gradebook and aut
 `nbgrader generate_feedback`, `nbgrader export` and formgrader then work as usual. `nbgrader autograde`
 (and formgrader's per-student Autograde button) grades through the same sandboxed engine: no kernel
 runs student code here. Extra credit (grade ids ex*) is nbgrader's own: those cells are worth 0 points
-and earn `extra_credit`, so formgrader shows a full-marks student as 10 (+ extra) / 10.
+and earn `extra_credit`, so formgrader shows a full-marks student as core (+ extra) / core.
 """
 
 from mlbook_tools.feedback import CapOutputs, CoreExtraSummary, GetGradesWithStatus, RedactHiddenTests

@@ -10,7 +10,8 @@ import copy
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
-from mlbook_tools.notebook_order import grade_id, merged
+from mlbook_tools.cells import grade_id, is_test, nbgrader
+from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
     CellGrade,
     GradingResult,
@@ -111,9 +112,7 @@ def _shown_added(cell) -> bool:
     never a cell carrying a grade id the course does not have (nbgrader would look that grade up)."""
     if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown"):
         return False
-    meta = cell.get("metadata", {})
-    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
+    return nbgrader(cell).get("grade_id") is None
 
 
 def _part_of_written_answer(mine, parts, cells) -> bool:
@@ -207,8 +206,7 @@ class RedactHiddenTests(Preprocessor):
     enabled = True
 
     def preprocess_cell(self, cell, resources, index):
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+        if not is_test(cell):
             return cell, resources
         cell.source = strip_hidden_tests(cell.source)
         for out in cell.get("outputs", []):
@@ -223,7 +221,7 @@ class GetGradesWithStatus(GetGrades):
     def _get_score(self, cell, resources):
         super()._get_score(cell, resources)
         grade = self.gradebook.find_grade(
-            cell.metadata["nbgrader"]["grade_id"],
+            grade_id(cell),
             self.notebook_id,
             self.assignment_id,
             self.student_id,
@@ -240,7 +238,7 @@ class CoreExtraSummary(Preprocessor):
     def preprocess(self, nb, resources):
         import nbformat
 
-        from mlbook_tools.driver import cell_points
+        from mlbook_tools.cells import points as cell_points
 
         mine = nb.metadata.get("mlbook")
         flag = mine.get("flag") if isinstance(mine, dict) else None

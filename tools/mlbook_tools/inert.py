@@ -28,6 +28,8 @@ import re
 
 from nbconvert.preprocessors import Preprocessor
 
+from mlbook_tools.cells import grade_id, is_graded
+
 CAP = 2000  # characters of one text output kept
 MAX_OUTPUTS = 20  # outputs of one cell kept
 MAX_NOTEBOOK_OUTPUTS = (
@@ -243,9 +245,8 @@ def fold_outputs(cells) -> None:
 
     left, dropped, first = MAX_NOTEBOOK_OUTPUTS, 0, None
     for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
         outputs = cell.get("outputs") if cell.get("cell_type") == "code" else None
-        if not outputs or (isinstance(meta, dict) and meta.get("grade")):
+        if not outputs or is_graded(cell):
             continue
         if len(outputs) > left:
             first = cell if first is None else first
@@ -306,8 +307,7 @@ class InertStudentCells(Preprocessor):
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader")
-            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            gid = grade_id(cell)
             inert_cell(cell, added=not (isinstance(gid, str) and _NAME.fullmatch(gid)))
         fold_outputs(nb.cells)
         mine = nb.metadata.get("mlbook")

@@ -25,8 +25,6 @@ from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import is_extra
 from mlbook_tools.submission import parse_submission
 
-cell_points = points  # the name feedback, grading and the tests knew it by
-
 # Cells that only demonstrate (training runs, sweeps, figures) carry the cell tag DEMO_TAG, written
 # by `mlbook build` from the fragment header `demo=true`: metadata, so the reader sees no grader
 # plumbing. The grader skips such a cell by the course's copy (a submission's cell metadata is

@@ -10,7 +10,7 @@ import copy
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
-from mlbook_tools.cells import grade_id, is_test, nbgrader
+from mlbook_tools.cells import grade_id, is_graded, is_solution, is_test, nbgrader
 from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
     CellGrade,
@@ -154,29 +154,24 @@ def autograded_notebook(source_nb, plan, result: GradingResult):
                 cells.append(_added(mine))
             continue
         src = where
-        meta = src.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id")
+        gid, graded, answer = grade_id(src), is_graded(src), is_solution(src)
         cell = copy.deepcopy(src)
-        if meta.get("solution") and mine is not None:
+        if answer and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
             if cell.cell_type == "markdown":  # the student's images only (inert.py)
                 cell.pop("attachments", None)
                 if images := _inert_attachments(mine.get("attachments"), cell.source):
                     cell.attachments = images
-        elif meta.get("solution"):
+        elif answer:
             cell.source = ""
         if cell.cell_type == "code":
-            cell.source = (
-                strip_hidden_tests(cell.source).rstrip() if meta.get("grade") else cell.source
-            )
+            cell.source = strip_hidden_tests(cell.source).rstrip() if graded else cell.source
             cell.outputs = (
-                _cap_outputs(mine.get("outputs", []))
-                if mine is not None and not meta.get("grade")
-                else []
+                _cap_outputs(mine.get("outputs", [])) if mine is not None and not graded else []
             )
             cell.execution_count = None
-            if meta.get("grade") and gid in result.grades:
+            if graded and gid in result.grades:
                 cell.outputs = verdict_outputs(result.grades[gid])
         cells.append(cell)
     _fold_outputs(cells)  # a page shows the notebook's first 200 outputs (inert.py)

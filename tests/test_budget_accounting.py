@@ -96,7 +96,7 @@ def test_a_cell_that_ignores_the_interrupt_is_killed_charged_once_and_skipped_af
     plan = _plan("def f(x):\n    return x\n", IGNORES_SIGINT, "z = 2\n")
     s = driver.Session(plan, trusted=True, deadline=float("inf"), limits=_limits(cell_seconds=0.5))
     try:
-        assert s.bad_cells["cell1"].startswith("did not finish") and s.restarts == 1
+        assert "did not finish" in s.bad_cells["cell1"] and s.restarts == 1
         assert s.defined(["f", "z"]) == {"f", "z"}  # the cells after it ran in the new sandbox
         charged = s.clock() - s.t0  # 0.5 s for the cut cell, plus the two short cells' own time
         assert charged >= 0.5

@@ -47,9 +47,10 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from mlbook_tools import cells as vocab  # the cell vocabulary
 from mlbook_tools.config import layout
-from mlbook_tools.driver import DEMO_TAG
 from mlbook_tools.grading import run_nbgrader
+from mlbook_tools.plan import DEMO_TAG
 from mlbook_tools.progress import stage
 from mlbook_tools.result import EXTRA_PREFIX
 from mlbook_tools.workcopy import (
@@ -441,7 +442,7 @@ def chapter_title(cells: list, nb_name: str) -> str:
 def _check_unique_ids(nb: nbformat.NotebookNode) -> None:
     seen = set()
     for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        gid = vocab.grade_id(cell)
         if gid in seen:
             raise ValueError(f"duplicate grade_id {gid!r}")
         seen.add(gid)
@@ -625,10 +626,7 @@ def render_all(execute: bool = True) -> dict[pathlib.Path, str]:
         name = folder.name
         stage(f"{name}: assembling the fragments")
         source = source_notebook(name)
-        graded = any(
-            c.metadata["nbgrader"].get("grade") or c.metadata["nbgrader"].get("solution")
-            for c in source.cells
-        )
+        graded = any(vocab.is_graded(c) or vocab.is_solution(c) for c in source.cells)
         if not graded:
             out[L.solved / f"{name}.ipynb"] = solved(
                 name, solved_notebook(source, keep_grading_metadata=False)

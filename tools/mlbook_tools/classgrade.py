@@ -31,7 +31,8 @@ import threading
 import time
 import traceback
 
-from mlbook_tools import driver, feedback, grading, manual_audit, sandbox
+from mlbook_tools import feedback, grading, manual_audit, sandbox, submission
+from mlbook_tools.errors import TooLarge
 from mlbook_tools.limits import GradingLimits
 from mlbook_tools.result import BadResult, GradingResult, is_extra
 
@@ -71,8 +72,10 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
         limits: GradingLimits = init["limits"]
         wall = t0 + limits.budget_seconds * limits.wall_factor  # counted from reading the file
         try:
-            text = driver.read_submission(path, limits)  # bounded before it is read whole or parsed
-        except driver.TooLarge as err:
+            text = submission.read_submission(
+                path, limits
+            )  # bounded before it is read whole or parsed
+        except TooLarge as err:
             result, plan = grading.refused_result(source_nb, err), None
         else:
             result, plan = grading.grade_submission(
@@ -242,7 +245,7 @@ def _head(path: pathlib.Path, limits: GradingLimits) -> bytes:
 
 def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str:
     h = hashlib.sha256()
-    engine = sorted(pathlib.Path(driver.__file__).parent.rglob("*.py"))  # the grader, inside/ too
+    engine = sorted(pathlib.Path(__file__).parent.rglob("*.py"))  # the grader, inside/ too
     for part in (text, checks.read_bytes(), source.read_bytes(), *(p.read_bytes() for p in engine)):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()

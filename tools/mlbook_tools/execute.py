@@ -22,6 +22,7 @@ from nbconvert.exporters import NotebookExporter
 from traitlets.config import Config
 
 from mlbook_tools import progress
+from mlbook_tools.cells import is_blank
 
 
 def heading(cell) -> str | None:
@@ -40,7 +41,7 @@ class Progress:
 
     def __init__(self, name: str, nb: nbformat.NotebookNode, show: bool):
         self.name, self.show = name, show
-        self.total = sum(c.cell_type == "code" and bool(c.source.strip()) for c in nb.cells)
+        self.total = sum(c.cell_type == "code" and not is_blank(c) for c in nb.cells)
         self.done = 0
         self.section: str | None = None
         self.reported: str | None = None
@@ -50,7 +51,7 @@ class Progress:
         if title:
             self.section = title
             return
-        if cell.cell_type != "code" or not cell.source.strip():
+        if cell.cell_type != "code" or is_blank(cell):
             return
         self.done += 1
         if self.show and self.section != self.reported:

@@ -12,9 +12,11 @@ import copy
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import GetGrades
 
+from mlbook_tools.cells import grade_id, is_graded, is_solution, is_test, nbgrader
+from mlbook_tools.cells import points as cell_points
 from mlbook_tools.inert import capped, fold_outputs, sanitized
 from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
-from mlbook_tools.notebook_order import cell_points, grade_id, merged
+from mlbook_tools.notebook_order import merged
 from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
     CellGrade,
     GradingResult,
@@ -77,9 +79,7 @@ def _shown_added(cell) -> bool:
     never a cell carrying a grade id the course does not have (nbgrader would look that grade up)."""
     if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown"):
         return False
-    meta = cell.get("metadata", {})
-    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    return not (isinstance(nbgrader, dict) and nbgrader.get("grade_id") is not None)
+    return nbgrader(cell).get("grade_id") is None
 
 
 def _part_of_written_answer(mine, parts, cells, limits: GradingLimits) -> bool:
@@ -123,8 +123,7 @@ def autograded_notebook(source_nb, plan, result: GradingResult, limits: GradingL
                 cells.append(sanitized(mine, True, limits))
             continue
         src = where
-        meta = src.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id")
+        gid, graded, answer = grade_id(src), is_graded(src), is_solution(src)
         cell = copy.deepcopy(src)
         # the student's copy, as the course cell's type, sanitised: its outputs and images are kept
         clean = (
@@ -132,22 +131,20 @@ def autograded_notebook(source_nb, plan, result: GradingResult, limits: GradingL
             if mine is not None
             else None
         )
-        if meta.get("solution") and mine is not None:
+        if answer and mine is not None:
             text = mine.get("source", "")
             cell.source = "".join(text) if isinstance(text, list) else str(text)
             if cell.cell_type == "markdown":  # the student's images only
                 cell.pop("attachments", None)
                 if images := clean.get("attachments"):
                     cell.attachments = images
-        elif meta.get("solution"):
+        elif answer:
             cell.source = ""
         if cell.cell_type == "code":
-            cell.source = (
-                strip_hidden_tests(cell.source).rstrip() if meta.get("grade") else cell.source
-            )
-            cell.outputs = clean["outputs"] if mine is not None and not meta.get("grade") else []
+            cell.source = strip_hidden_tests(cell.source).rstrip() if graded else cell.source
+            cell.outputs = clean["outputs"] if mine is not None and not graded else []
             cell.execution_count = None
-            if meta.get("grade") and gid in result.grades:
+            if graded and gid in result.grades:
                 cell.outputs = verdict_outputs(result.grades[gid], limits)
         cells.append(cell)
     fold_outputs(cells, limits)  # a page shows the notebook's first outputs only (inert.py)
@@ -177,8 +174,7 @@ class RedactHiddenTests(Preprocessor):
     enabled = True
 
     def preprocess_cell(self, cell, resources, index):
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+        if not is_test(cell):
             return cell, resources
         cell.source = strip_hidden_tests(cell.source)
         for out in cell.get("outputs", []):
@@ -193,7 +189,7 @@ class GetGradesWithStatus(GetGrades):
     def _get_score(self, cell, resources):
         super()._get_score(cell, resources)
         grade = self.gradebook.find_grade(
-            cell.metadata["nbgrader"]["grade_id"],
+            grade_id(cell),
             self.notebook_id,
             self.assignment_id,
             self.student_id,

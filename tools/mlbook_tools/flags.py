@@ -20,6 +20,7 @@ import dataclasses
 import json
 import pathlib
 
+from mlbook_tools.cells import is_graded
 from mlbook_tools.result import printable
 
 KINDS = ("misnamed", "refused", "unreadable")
@@ -136,6 +137,6 @@ def written_extra_max(course: pathlib.Path, assignment: str) -> float:
     total = 0.0
     for cell in cells:
         meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-        if cell.get("cell_type") == "markdown" and meta.get("nbgrader", {}).get("grade"):
+        if cell.get("cell_type") == "markdown" and is_graded(cell):
             total += float((meta.get("mlbook") or {}).get("extra_credit") or 0)
     return total

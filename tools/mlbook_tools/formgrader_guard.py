@@ -173,7 +173,8 @@ class SafeIdAutograde(api.AutogradeHandler):
 
 def live_flag(course: pathlib.Path, assignment: str, student: str) -> flags.Flag | None:
     """The flag of the file in ``submitted/`` as it is now (bounds checked, nothing run)."""
-    from mlbook_tools import driver
+    from mlbook_tools import submission
+    from mlbook_tools.errors import CannotGrade
     from mlbook_tools.grading import course_limits
 
     flag = flags.flag_of(course, assignment, student)
@@ -182,8 +183,8 @@ def live_flag(course: pathlib.Path, assignment: str, student: str) -> flags.Flag
     path = course / "submitted" / student / assignment / f"{assignment}.ipynb"
     try:
         limits = course_limits(course)
-        driver.bounded(driver.read_submission(path, limits), limits)
-    except driver.CannotGrade as err:  # TooLarge is one
+        submission.bounded(submission.read_submission(path, limits), limits)
+    except CannotGrade as err:  # TooLarge is one
         return flags.from_error(str(err))
     return None  # fixed since: nbgrader's autograde grades it (through the sandboxed engine)
 

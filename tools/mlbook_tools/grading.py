@@ -4,7 +4,7 @@ nbgrader stays the course workflow (release, collect, gradebook, formgrader, fee
 no hidden test runs inside a student's kernel any more. ``grade_submission`` plans the namespace
 from the SOURCE notebook's locked cells and the student's answer cells, builds it in a bubblewrap
 sandbox (``sandbox.py``, ``inside/runner.py``) and computes every verdict in a trusted driver
-(``driver.py``): one ``GradingResult`` (``result.py``). ``record`` writes its scores into the nbgrader
+(``driver.py`` and its parts): one ``GradingResult`` (``result.py``). ``record`` writes its scores into the nbgrader
 gradebook through its API, next to the autograded notebook (``feedback.autograded_notebook``), so
 ``nbgrader generate_feedback``, ``nbgrader export`` and formgrader work on top. The course's nbgrader
 plugins are in ``plugins.py``, what students read in ``feedback.py``.
@@ -20,6 +20,7 @@ import sys
 import time
 import warnings
 
+from mlbook_tools import cells as vocab  # the cell vocabulary
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits, limits_from_config  # noqa: F401 - limits_from_config: re-exported
@@ -70,14 +71,8 @@ def course_points(source: pathlib.Path) -> dict[str, float]:
     """Points of every graded cell of a source notebook (extra credit: the points it may earn)."""
     import nbformat
 
-    from mlbook_tools.notebook_order import cell_points
-
     nb = nbformat.read(source, as_version=4)
-    return {
-        c.metadata["nbgrader"]["grade_id"]: cell_points(c)
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("grade")
-    }
+    return {vocab.grade_id(c): vocab.points(c) for c in nb.cells if vocab.is_graded(c)}
 
 
 def assignment_points(course: pathlib.Path, assignment: str) -> dict[str, float] | None:
@@ -110,15 +105,15 @@ def load_course(course: pathlib.Path, assignment: str):
     """(source notebook, graded checks module, course secret) of one assignment."""
     import nbformat
 
-    from mlbook_tools import driver
+    from mlbook_tools import judge
 
     source = course / "source" / assignment / f"{assignment}.ipynb"
     if not source.exists():
         raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
     return (
         nbformat.read(source, as_version=4),
-        driver.load_checks(layout().checks),
-        driver.course_secret(course),
+        judge.load_checks(layout().checks),
+        judge.course_secret(course),
     )
 
 
@@ -181,9 +176,9 @@ def _literal_settings(path: pathlib.Path) -> dict | None:
 
 def refused_result(source_nb, err: Exception) -> GradingResult:
     """The result of a file that cannot be graded (unreadable, or past a bound): every test 0, ``err`` its note."""
-    from mlbook_tools import driver
+    from mlbook_tools.plan import make_plan
 
-    empty = driver.make_plan(
+    empty = make_plan(
         source_nb, '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
     )
     grades = {
@@ -216,13 +211,15 @@ def grade_submission(
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
     backstop, which the entry points count from reading the file. ``starting``: a ``sandbox.Starting``
     with these bounds, the first runner (its owner closes it if it is not taken)."""
-    from mlbook_tools import driver
+    from mlbook_tools.errors import CannotGrade
+    from mlbook_tools.judge import grade_plan
+    from mlbook_tools.plan import make_plan
 
     try:
-        plan = driver.make_plan(source_nb, text, limits)
-    except driver.CannotGrade as err:
+        plan = make_plan(source_nb, text, limits)
+    except CannotGrade as err:
         return refused_result(source_nb, err), None
-    run = driver.grade_plan(
+    run = grade_plan(
         plan,
         checks,
         secret,
@@ -264,7 +261,7 @@ def grade_notebook(
     their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here.
 
     The sandbox starts first, on a thread (``sandbox.Starting``): its start-up runs on one core while
-    this process imports torch and nbformat (``driver``) and plans the cells on another."""
+    this process imports torch and nbformat (``judge``) and plans the cells on another."""
     from mlbook_tools import sandbox
 
     t0 = time.monotonic()
@@ -280,12 +277,13 @@ def grade_notebook(
         limits=limits,
     )
     try:
-        from mlbook_tools import driver  # torch, nbformat: while the sandbox starts
+        from mlbook_tools import judge, submission  # noqa: F401 - torch, nbformat: while the sandbox starts
+        from mlbook_tools.errors import TooLarge
 
         source_nb, checks, secret = load_course(course_dir, assignment)
         try:
-            text = driver.read_submission(path, limits)  # bounded before it is read whole
-        except driver.TooLarge as err:
+            text = submission.read_submission(path, limits)  # bounded before it is read whole
+        except TooLarge as err:
             return refused_result(source_nb, err)
         result, _ = grade_submission(
             text,
@@ -350,20 +348,20 @@ def record(
         gb.update_or_create_submission(assignment, student, **when)
         blanks = blank_written_answers(notebook)
         for cell in source_nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if not meta.get("grade"):
+            if not vocab.is_graded(cell):
                 continue
-            grade = gb.find_grade(meta["grade_id"], nb_name, assignment, student)
-            if meta.get("solution"):  # a written answer: formgrader's job
-                if meta["grade_id"] in blanks:  # as nbgrader's Autograde (button): untouched is 0
+            gid = vocab.grade_id(cell)
+            grade = gb.find_grade(gid, nb_name, assignment, student)
+            if vocab.is_solution(cell):  # a written answer: formgrader's job
+                if gid in blanks:  # as nbgrader's Autograde (button): untouched is 0
                     grade.auto_score, grade.needs_manual_grade = 0.0, False
                     continue
                 grade.auto_score = None
                 grade.needs_manual_grade = grade.manual_score is None
                 continue
-            got = result.grades.get(meta["grade_id"])
+            got = result.grades.get(gid)
             score = float(got.score) if got else 0.0
-            if is_extra(meta["grade_id"]):  # nbgrader's extra credit: 0 points + a bonus
+            if is_extra(gid):  # nbgrader's extra credit: 0 points + a bonus
                 grade.auto_score, grade.extra_credit = 0.0, score
             else:
                 grade.auto_score = score
@@ -394,12 +392,9 @@ def blank_written_answers(notebook: str | dict | None) -> set[str]:
         return set()
     out = set()
     for cell in cells:
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        if cell.get("cell_type") == "markdown" and meta.get("solution") and meta.get("grade"):
-            src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else str(src)
-            if src.strip() in ("", TEXT_STUB):
-                out.add(meta.get("grade_id"))
+        if cell.get("cell_type") == "markdown" and vocab.is_written_answer(cell):
+            if vocab.text(cell).strip() in ("", TEXT_STUB):
+                out.add(vocab.grade_id(cell))
     return out
 
 

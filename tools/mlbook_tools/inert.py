@@ -32,6 +32,7 @@ import re
 
 from nbconvert.preprocessors import Preprocessor
 
+from mlbook_tools.cells import grade_id, is_graded
 from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
 from mlbook_tools.result import printable
 
@@ -246,9 +247,8 @@ def fold_outputs(cells, limits: GradingLimits = DEFAULT) -> None:
 
     left, dropped, first = limits.shown_notebook_outputs, 0, None
     for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
         outputs = cell.get("outputs") if cell.get("cell_type") == "code" else None
-        if not outputs or (isinstance(meta, dict) and meta.get("grade")):
+        if not outputs or is_graded(cell):
             continue
         if len(outputs) > left:
             first = cell if first is None else first
@@ -320,8 +320,7 @@ class InertStudentCells(Preprocessor):
     def preprocess(self, nb, resources):
         limits = limits_from_config(self.config)
         for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader")
-            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            gid = grade_id(cell)
             sanitize_cell(cell, not (isinstance(gid, str) and _NAME.fullmatch(gid)), limits)
         fold_outputs(nb.cells, limits)
         mine = nb.metadata.get("mlbook")

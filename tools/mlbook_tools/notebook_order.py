@@ -18,27 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mlbook_tools.cells import grade_id, is_solution  # noqa: F401 - grade_id: imported from here too
+from mlbook_tools.cells import points as cell_points  # noqa: F401 - read by the plan and the pages alike
+
 TOP = ""  # the anchor of cells above every course cell
-
-
-def grade_id(cell) -> str | None:
-    """A cell's nbgrader grade id, or None (no metadata, or damaged metadata)."""
-    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    gid = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
-    return gid if isinstance(gid, str) else None
-
-
-def cell_points(cell) -> float:
-    """The points a graded cell is worth: its nbgrader points, or for extra credit (nbgrader points 0,
-    scored as ``Grade.extra_credit``) the points ``mlbook build`` states in ``metadata.mlbook``.
-    Read by the plan (what runs) and the pages (what people read) alike."""
-    meta = cell.get("metadata", {})
-    mlbook = meta.get("mlbook", {}) if isinstance(meta, dict) else {}
-    if isinstance(mlbook, dict) and "extra_credit" in mlbook:
-        return float(mlbook["extra_credit"])
-    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    return float(nbgrader.get("points", 0) if isinstance(nbgrader, dict) else 0)
 
 
 @dataclass
@@ -78,18 +61,13 @@ def place(student_cells, known: set[str], answers: frozenset[str] = frozenset())
     return out
 
 
-def is_answer(cell) -> bool:
-    """A course cell the student writes in (nbgrader ``solution``: code or a written answer)."""
-    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    return isinstance(nbgrader, dict) and bool(nbgrader.get("solution"))
-
-
 def merged(source_cells, student_cells) -> tuple[list[tuple], Placement]:
     """The notebook in order: ``("course", source cell, the student's copy or None)`` for each course
     cell, ``("added", anchor, student cell)`` for each other cell, placed by the rule above."""
     known = {g for c in source_cells if (g := grade_id(c)) is not None}
-    answers = frozenset(g for c in source_cells if (g := grade_id(c)) is not None and is_answer(c))
+    answers = frozenset(
+        g for c in source_cells if (g := grade_id(c)) is not None and is_solution(c)
+    )
     placement = place(student_cells, known, answers)
     order: list[tuple] = [("added", TOP, c) for c in placement.added.get(TOP, [])]
     done = {TOP}

@@ -16,6 +16,7 @@ from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import SaveAutoGrades
 from traitlets import Dict, Float, validate
 
+from mlbook_tools.cells import grade_id, is_solution, is_test
 from mlbook_tools.export import csv_cell, csv_writer
 from mlbook_tools.feedback import grading_notes, strip_hidden_tests, verdict_outputs
 from mlbook_tools.grading import (
@@ -65,7 +66,8 @@ class SandboxedExecute(Preprocessor):
     def preprocess(self, nb, resources):
         import nbformat
 
-        from mlbook_tools import driver, sandbox
+        from mlbook_tools import sandbox
+        from mlbook_tools.errors import TooLarge
 
         t0 = (
             time.monotonic()
@@ -98,7 +100,7 @@ class SandboxedExecute(Preprocessor):
             )
         source_nb, checks, secret = load_course(course, info["assignment"])
         if refused:  # the course's release stands in for a submission past a bound: nothing is run
-            result = refused_result(source_nb, driver.TooLarge(str(refused)))
+            result = refused_result(source_nb, TooLarge(str(refused)))
         else:
             wall = t0 + limits.budget_seconds * limits.wall_factor
             result, _ = grade_submission(
@@ -113,11 +115,10 @@ class SandboxedExecute(Preprocessor):
             )
         resources["mlbook_grades"] = result.grades
         for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            if not is_test(cell):
                 continue
             cell.source = strip_hidden_tests(cell.source).rstrip()
-            cell.outputs = verdict_outputs(result.grades.get(meta.get("grade_id")))
+            cell.outputs = verdict_outputs(result.grades.get(grade_id(cell)))
         left_out = mine.get(LEFT_OUT, []) if isinstance(mine, dict) else []
         notes = [n for n in dict.fromkeys([result.error, *(result.problems or []), *left_out]) if n]
         if notes:
@@ -140,7 +141,7 @@ LEFT_OUT = (
 
 class BoundedNotebookExporter(NotebookExporter):
     """``nbgrader autograde``'s reader (``c.Autograde.exporter_class``): a submission is bounded before it
-    is parsed (``driver.read_submission``/``check_bounds``: size, cells, sources, JSON values and nesting;
+    is parsed (``submission.read_submission``/``check_bounds``: size, cells, sources, JSON values and nesting;
     stored outputs and metadata past a bound are left out of the text it reads). One past a bound
     becomes the course's release notebook marked ``mlbook.refused``, which ``SandboxedExecute`` grades
     as 0 with the "too large: ..." line as its grading note: recorded for that student only, in a second."""
@@ -148,7 +149,8 @@ class BoundedNotebookExporter(NotebookExporter):
     def from_file(self, file_stream, resources=None, **kw):
         import nbformat
 
-        from mlbook_tools import driver
+        from mlbook_tools import submission
+        from mlbook_tools.errors import CannotGrade, TooLarge
 
         try:
             size = os.fstat(file_stream.fileno()).st_size
@@ -159,14 +161,14 @@ class BoundedNotebookExporter(NotebookExporter):
         sanitizing = getattr(self.parent, "_sanitizing", True)
         left_out = []
         try:
-            driver._check_raw(text, max(size, len(text)), limits)
-            data, left_out = driver.bounded(text, limits)  # stored parts past a bound left out
+            submission._check_raw(text, max(size, len(text)), limits)
+            data, left_out = submission.bounded(text, limits)  # stored parts past a bound left out
             text = json.dumps(data, ensure_ascii=False)
-        except driver.TooLarge as err:
+        except TooLarge as err:
             return self.from_notebook_node(
                 self._stub(resources, str(err)), resources=resources, **kw
             )
-        except driver.CannotGrade:
+        except CannotGrade:
             pass  # nbgrader's own reader says what is wrong with it
         nb = nbformat.reads(text, as_version=4)
         mine = nb.metadata.get("mlbook")
@@ -202,9 +204,9 @@ class SaveAutoGradesExtraCredit(SaveAutoGrades):
 
     def _add_score(self, cell, resources):
         super()._add_score(cell, resources)
-        gid = cell.metadata["nbgrader"]["grade_id"]
+        gid = grade_id(cell)
         got = resources.get("mlbook_grades", {}).get(gid)
-        if is_extra(gid) and not cell.metadata["nbgrader"].get("solution") and got:
+        if is_extra(gid) and not is_solution(cell) and got:
             grade = self.gradebook.find_grade(
                 gid, self.notebook_id, self.assignment_id, self.student_id
             )

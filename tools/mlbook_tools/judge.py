@@ -1,0 +1,216 @@
+"""Judging: every graded check declared in the registry (``CHECKS`` of tests/ppo_checks.py) called
+here, in this process, with the student's functions replaced by remote proxies (``remote.py``). Each
+check's inputs are seeded from HMAC(course secret, student, test), so no submission can know them in
+advance and a regrade reproduces the same verdicts. A name a check takes that no answer cell defines
+is the reference module's (``mlbook_solutions``), calling the student's functions wherever it uses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import importlib.util
+import pathlib
+import secrets
+import threading
+import time
+import types
+from dataclasses import dataclass
+
+import torch
+
+from mlbook_tools.errors import RemoteError, RunnerDied
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
+from mlbook_tools.plan import Plan
+from mlbook_tools.remote import Remote
+from mlbook_tools.session import Session
+
+SECRET_FILE = "grading_secret.txt"
+
+
+def course_secret(course: pathlib.Path) -> bytes:
+    """The course's grading secret (created on first use, outside source/ so nbgrader never releases it)."""
+    path = course / SECRET_FILE
+    if not path.exists():
+        path.write_text(secrets.token_hex(32) + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip().encode()
+
+
+def check_seed(secret: bytes, student: str, test: str) -> int:
+    digest = hmac.new(secret, f"{student}\0{test}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def load_checks(path: pathlib.Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("mlbook_graded_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reference_with(proxies: dict) -> dict:
+    """The reference module's namespace with the student's symbols replaced by proxies (functions rebound)."""
+    from mlbook_solutions import ppo_lm
+
+    ns = dict(vars(ppo_lm))
+    ns.update(proxies)
+    for name, obj in vars(ppo_lm).items():
+        if (
+            isinstance(obj, types.FunctionType)
+            and obj.__module__ == ppo_lm.__name__
+            and name not in proxies
+        ):
+            fn = types.FunctionType(
+                obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__
+            )
+            fn.__kwdefaults__ = obj.__kwdefaults__
+            ns[name] = fn
+    return ns
+
+
+def _warm_up() -> None:
+    """What the checks import on first use, imported while the sandbox runs the notebook's cells (the
+    driver only waits then): the reference PPO loop, and ``torch._dynamo``, which torch imports at the
+    first optimizer it makes (half a second of CPU). Imports only: nothing runs, no state is set."""
+    import torch._dynamo  # noqa: F401
+    from mlbook_solutions import ppo_lm  # noqa: F401
+
+
+@dataclass
+class Verdict:
+    grade_id: str
+    points: float
+    score: float
+    message: str
+    extra: bool
+    seconds: float = 0.0
+
+
+def grade_plan(
+    plan: Plan,
+    checks: types.ModuleType,
+    secret: bytes,
+    student: str,
+    trusted: bool = False,
+    wall_deadline: float | None = None,
+    limits: GradingLimits = DEFAULT_LIMITS,
+    starting=None,
+) -> dict:
+    """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
+
+    ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
+
+    ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
+    backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
+    torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
+    warm = threading.Thread(target=_warm_up, daemon=True, name="mlbook-warm-up")
+    warm.start()
+    t_start = time.monotonic()
+    deadline = t_start + limits.budget_seconds
+    if wall_deadline is None:
+        wall_deadline = t_start + limits.budget_seconds * limits.wall_factor
+    verdicts: list[Verdict] = []
+    session = None
+    try:
+        session = Session(plan, trusted, deadline, wall_deadline, limits, starting)
+    except RunnerDied as err:  # its last start or restart failed too
+        plan.problems.append(
+            "the notebook's code could not be loaded: " + err.student_message("running it")
+        )
+    try:
+        for test in plan.tests:
+            t0 = time.monotonic()
+            try:
+                verdicts.append(_run_test(test, plan, session, checks, secret, student, deadline))
+            except RunnerDied as err:  # whatever the sandbox does, it is this test's failure
+                verdicts.append(
+                    Verdict(test.grade_id, test.points, 0.0, err.student_message(), test.extra)
+                )
+            verdicts[-1].seconds = time.monotonic() - t0
+    finally:
+        output = session.output() if session else ""
+        if session is not None:
+            for why in session.bad_cells.values():
+                left_out = "" if why.endswith("interrupted") else "; it was skipped"
+                plan.problems.append(f"{why}{left_out}")
+            session.close()
+        warm.join()
+    return {
+        "verdicts": verdicts,
+        "problems": plan.problems,
+        "output": output,
+        "seconds": time.monotonic() - t_start,
+        "cell_errors": dict(session.cell_errors) if session else {},
+    }
+
+
+class Missing:
+    """A name the student's notebook does not define: a check or the reference loop fails only if it is used."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError(f"{self.name} is not available ({self.reason})")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AssertionError(f"{self.name} is not available ({self.reason})")
+
+
+def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict:
+    def verdict(ok, message):
+        return Verdict(test.grade_id, test.points, test.points if ok else 0.0, message, test.extra)
+
+    check = checks.CHECKS.get(test.grade_id)
+    if check is None:
+        return verdict(
+            False, "this test has no declared check (tests/ppo_checks.py); it needs manual grading"
+        )
+    if session is None:
+        return verdict(False, "not run: the notebook's code could not be loaded")
+    if session.clock() >= deadline or time.monotonic() >= session.hard_deadline:
+        return verdict(
+            False,
+            "not run: the time budget for this submission ran out (an earlier cell or call was too slow)",
+        )
+    try:
+        session.ensure()
+        defined = session.defined(list(plan.student_names))
+    except RunnerDied as err:  # restarting the notebook's code failed: each kind says how
+        return verdict(False, "not run: " + err.student_message("the notebook's code"))
+    proxies: dict = {}
+    here = session.bound_at(test.at)  # the names as they were bound at the test cell
+    for name, gid in plan.student_names.items():
+        if name in here:
+            proxies[name] = here[name]
+        elif name in defined:  # defined only below the test cell: its final binding
+            proxies[name] = Remote(session, name, name=name)
+        else:
+            why = session.bad_cells.get(gid) or session.cell_errors.get(gid) or "it was not defined"
+            proxies[name] = Missing(name, why)
+    # a name the check takes that no answer cell defines is the course's own (read-only) code:
+    # the reference implementation, calling the student's functions wherever it uses them
+    reference = _reference_with(proxies) if any(n not in proxies for n in check.names) else {}
+    for name in check.names:
+        if isinstance(proxies.get(name), Missing):
+            return verdict(False, f"{name} is not available ({proxies[name].reason})")
+    call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
+    seed = check_seed(secret, student, test.grade_id)
+    try:
+        with session.within(session.limits.check_seconds), torch.random.fork_rng():
+            torch.manual_seed(seed)
+            check.fn(*call_args, seed=seed)
+        return verdict(True, "passed")
+    except AssertionError as err:
+        return verdict(False, str(err)[:1500] or "failed")
+    except (RemoteError, RunnerDied) as err:  # each kind carries its sentence
+        return verdict(False, err.student_message("your code"))
+    except Exception as err:  # noqa: BLE001 - a value the check could not even compare
+        return verdict(
+            False,
+            f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
+        )

@@ -1,0 +1,141 @@
+"""The remote calls: the student's functions, classes and objects live in the sandbox; here they are
+``Remote`` proxies whose calls and attribute reads are requests (plain tensors out, validated data
+and handles back, under the session's deadlines). A scalar computed remotely from local inputs is
+attached to them with the remote gradient, so the reference loop can backpropagate through it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from mlbook_tools.errors import RemoteError, RunnerDied
+from mlbook_tools.inside import protocol
+
+if TYPE_CHECKING:
+    from mlbook_tools.session import Session
+
+
+def codec(session) -> protocol.Codec:
+    """The driver's codec: data and library types out, data and handles (as ``Remote``) in."""
+    return protocol.Codec(make_handle=lambda h, type_name: Remote(session, h, type_name))
+
+
+class _Attach(torch.autograd.Function):
+    """Connect a remotely computed scalar to the local inputs it was computed from, with the remote gradient."""
+
+    @staticmethod
+    def forward(ctx, value, grads, *inputs):
+        ctx.grads = grads
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        return (
+            None,
+            None,
+            *[None if g is None else upstream * g.to(upstream.dtype) for g in ctx.grads],
+        )
+
+
+def _attach(result, grads, leaves):
+    first = result[0] if isinstance(result, tuple | list) and result else result
+    if not isinstance(first, torch.Tensor) or first.numel() != 1 or not first.is_floating_point():
+        return result
+    attached = _Attach.apply(first, grads, *leaves)
+    if isinstance(result, tuple):
+        return (attached, *result[1:])
+    if isinstance(result, list):
+        return [attached, *result[1:]]
+    return attached
+
+
+class Remote:
+    """A function, class or object that lives in the sandbox: calling it is a request, attributes are requests."""
+
+    def __init__(self, session: Session, handle, type_name="function", name=None):
+        object.__setattr__(self, "session", session)
+        object.__setattr__(self, "handle", handle)
+        object.__setattr__(self, "_protocol_handle", handle if isinstance(handle, int) else None)
+        object.__setattr__(self, "type_name", type_name)
+        object.__setattr__(self, "name", name or type_name)
+        object.__setattr__(self, "label", None)  # the graded name it is bound to, for messages
+
+    def __repr__(self):
+        return f"<remote {self.type_name} {self.name}>"
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.session.call(self.handle, None, args, kwargs, label=self.label)
+        except RemoteError as err:
+            raise AssertionError(err.student_message(self.name)) from None
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            reply, rblobs = self.session.request(
+                {"op": "getattr", "target": self.handle, "name": attr},
+                self.session.limits.call_seconds,
+            )
+        except RunnerDied as err:  # each kind says what happened to the read
+            raise AssertionError(err.student_message(f"reading {self.name}.{attr}")) from None
+        if not reply["ok"]:
+            raise AssertionError(f"{self.name}.{attr} is not available: {reply['error'][:300]}")
+        try:
+            value = codec(self.session).decode(
+                reply.get("result"), rblobs, reply.get(protocol.TENSORS, [])
+            )
+        except protocol.ProtocolError as err:
+            raise AssertionError(f"{self.name}.{attr} is not data ({err})") from None
+        if isinstance(value, Remote):
+            object.__setattr__(value, "name", f"{self.name}.{attr}")
+        return value
+
+
+def call(session, target, method, args, kwargs, attrs=(), label=None):
+    """Call ``target`` (a name or handle; ``label``: its name for messages) in the sandbox. Nothing
+    comes back into ``args``: the driver's tensors stay as they were; a call that changed an input in
+    place fails the check."""
+    blobs, leaves = [], []
+    wire = codec(session)
+    enc_args = [wire.encode(a, blobs, leaves) for a in args]
+    enc_kwargs = {k: wire.encode(v, blobs, leaves) for k, v in kwargs.items()}
+    header = {
+        "op": "call",
+        "target": target,
+        "method": method,
+        "args": enc_args,
+        "kwargs": enc_kwargs,
+        "attrs": list(attrs),
+    }
+    name = label or (target if isinstance(target, str) else "your code")
+    try:
+        reply, rblobs = session.request(header, session.limits.call_seconds, blobs, interrupt=True)
+    except RunnerDied as err:  # each kind says what happened to the call
+        raise AssertionError(err.student_message(f"calling {name}")) from None
+    if not reply["ok"]:
+        raise RemoteError(reply["error"][:1000])
+    metas = reply.get(protocol.TENSORS, [])
+    try:
+        result = wire.decode(reply.get("result"), rblobs, metas)
+        grads = [wire.decode(g, rblobs, metas) for g in reply.get("grads", [])]
+        extras = {k: wire.decode(v, rblobs, metas) for k, v in reply.get("attrs", {}).items()}
+    except protocol.ProtocolError as err:
+        raise AssertionError(f"{name} returned something that is not data ({err})") from None
+    mutated = [str(m)[:80] for m in reply.get("mutated", [])]
+    if mutated:
+        which = ", ".join(f"`{m}`" for m in mutated[:5])
+        raise AssertionError(
+            f"{name} changed its input {which} in place; it must leave its inputs as they are "
+            "(work on a copy, e.g. x = x.clone(), or use out-of-place ops)"
+        )
+    if reply.get("graph") and leaves:
+        ok = len(grads) == len(leaves) and all(
+            g is None or (isinstance(g, torch.Tensor) and g.shape == leaf.shape)
+            for g, leaf in zip(grads, leaves, strict=False)
+        )
+        if ok:
+            result = _attach(result, grads, leaves)
+    return (result, extras) if attrs else result

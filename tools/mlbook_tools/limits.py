@@ -51,6 +51,9 @@ class GradingLimits:
     """past the submission's wall backstop + this, a watchdog kills the sandbox whatever runs"""
     request_seconds: float = 10.0
     """the grader's own requests to the sandbox (binding names, reading which are defined; not charged)"""
+    interrupt_seconds: float = 3.0
+    """wall clock a cell or call cut at its limit has to stop after Jupyter's interrupt (SIGINT); past it
+    the sandbox is killed and restarted"""
     restarts: int = 6
     """sandbox restarts (after a crash or a hang) one submission may cause; past them it stops"""
 

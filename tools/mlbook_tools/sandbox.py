@@ -65,9 +65,6 @@ from mlbook_tools.limits import GradingLimits
 
 RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
 MAX_REPLY = protocol.MAX_REPLY
-# wall-clock seconds an interrupted request has to answer (``Runner.request``); past them it is killed
-INTERRUPT_GRACE = 3.0
-OUTPUT_CAP = 8 * 1024
 
 
 @functools.cache
@@ -501,11 +498,11 @@ _ENTER = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; s
 
 
 class _Drain(threading.Thread):
-    """Reads a stream to its end, keeping the first OUTPUT_CAP bytes (the rest is counted, not kept)."""
+    """Reads a stream to its end, keeping the first ``cap`` bytes (the rest is counted, not kept)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, cap: int):
         super().__init__(daemon=True)
-        self.stream, self.kept, self.total = stream, bytearray(), 0
+        self.stream, self.kept, self.total, self.cap = stream, bytearray(), 0, cap
 
     def run(self):
         while (
@@ -514,8 +511,8 @@ class _Drain(threading.Thread):
             else self.stream.read(65536)
         ):
             self.total += len(chunk)
-            if len(self.kept) < OUTPUT_CAP:
-                self.kept += chunk[: OUTPUT_CAP - len(self.kept)]
+            if len(self.kept) < self.cap:
+                self.kept += chunk[: self.cap - len(self.kept)]
 
     def text(self) -> str:
         s = self.kept.decode("utf-8", "replace")
@@ -617,7 +614,8 @@ class Runner:
         for fd in fds:
             os.close(fd)
         self.dead = False
-        self.out, self.err = _Drain(self.proc.stdout), _Drain(self.proc.stderr)
+        cap = int(self.limits.printed_bytes)
+        self.out, self.err = _Drain(self.proc.stdout, cap), _Drain(self.proc.stderr, cap)
         self.out.start()
         self.err.start()
         self.kill_at = kill_at
@@ -728,7 +726,7 @@ class Runner:
         late on a busy machine the tick that cut it ran.
 
         ``interrupt``: at the charged limit the runner is interrupted as Jupyter interrupts a kernel
-        (SIGINT: a ``KeyboardInterrupt`` in the student's code) and given ``INTERRUPT_GRACE`` seconds of
+        (SIGINT: a ``KeyboardInterrupt`` in the student's code) and given ``limits.interrupt_seconds`` seconds of
         wall clock to answer; if it does, ``Interrupted`` is raised and the runner lives on (no restart,
         no replay); code that ignores the interrupt is killed as before (``CallTimeout``)."""
         if self.dead:
@@ -745,7 +743,7 @@ class Runner:
 
             def tick():
                 if cut:
-                    if time.monotonic() - cut[0] >= INTERRUPT_GRACE:
+                    if time.monotonic() - cut[0] >= self.limits.interrupt_seconds:
                         raise TimeoutError("timeout")  # it ignored the interrupt
                 elif time.monotonic() >= wall_deadline:
                     raise TimeoutError("timeout")  # the backstop: no grace
@@ -755,7 +753,7 @@ class Runner:
                     cut.append(time.monotonic())
 
             # the reply (to an interrupted request too) is read whole: the pipe stays in step
-            deadline = wall_deadline + (INTERRUPT_GRACE if interrupt else 0.0)
+            deadline = wall_deadline + (self.limits.interrupt_seconds if interrupt else 0.0)
             reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
             self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)

@@ -141,7 +141,8 @@ class Session:
         try:
             with self.uncharged():
                 reply, rblobs = self.request(
-                    {"op": "bind", "names": sorted(self.plan.student_names)}, 10
+                    {"op": "bind", "names": sorted(self.plan.student_names)},
+                    self.limits.request_seconds,
                 )
         except CallTimeout:
             return  # the final bindings serve
@@ -202,7 +203,7 @@ class Session:
             except RunnerDied:
                 self.runner.close()  # every error path: nothing of this runner survives
                 self.restarts += 1
-                if self.restarts > 6 or self.out_of_time():
+                if self.restarts > self.limits.restarts or self.out_of_time():
                     raise
             except BaseException:
                 self.runner.close()
@@ -241,7 +242,7 @@ class Session:
 
     def defined(self, names: list[str]) -> set[str]:
         with self.uncharged():
-            reply, _ = self.request({"op": "defined", "names": names}, 10)
+            reply, _ = self.request({"op": "defined", "names": names}, self.limits.request_seconds)
         return set(reply.get("names", []))
 
     def close(self):

@@ -117,15 +117,19 @@ def main() -> None:
         subs = honest_class(tmp / "probe", args.styles)
         shutil.rmtree(tmp / "probe", ignore_errors=True)
         results, wall = run_class(tmp / "honest", subs, limits, args.workers)
-        secs = [r.get("seconds", 0.0) for r in results.values()]
-        lost = [s for s, r in results.items() if r.get("score") != r.get("max_score")]
+        secs = [e.seconds for e in results.values()]
+        lost = [  # lost points, or no grade at all
+            s
+            for s, e in results.items()
+            if e.result is None or e.result.core.score != e.result.core.max_score
+        ]
         print(
             f"1. {len(subs)} honest submissions in {wall:.0f} s wall ({wall * args.workers / len(subs):.1f} s per submission per worker)"
         )
         for q in (50, 95, 99):
             print(f"   p{q}: {percentile(secs, q):6.1f} s charged")
         print(
-            f"   slowest: {max(results, key=lambda s: results[s].get('seconds', 0))}; lost points: {lost or 'none'}"
+            f"   slowest: {max(results, key=lambda s: results[s].seconds)}; lost points: {lost or 'none'}"
         )
         loop = gc.build_submission(adv.ENTRIES["top_level_endless_loop"], tmp / "honest")
         more = {f"exhaust{k:02d}": loop for k in range(args.exhausting)}

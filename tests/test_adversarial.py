@@ -30,7 +30,9 @@ from graded_class import (
     tier_param,
 )
 from mlbook_tools import driver, grading
+from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
+from mlbook_tools.result import GradingResult
 from ppo_checks import CORE_MAX
 
 pytestmark = [pytest.mark.classrun, pytest.mark.sandbox]
@@ -63,10 +65,8 @@ def test_student_text_reaches_no_terminal_and_breaks_no_file(graded_class):
         path = graded_class.course / "autograded" / name / NB / f"{NB}.ipynb"
         nb = nbformat.read(path, as_version=4)
         assert "\x1b" not in json.dumps(nb, ensure_ascii=False), name
-        assert not graded_class.results[name].get("ungraded"), (
-            name,
-            graded_class.results[name].get("problems"),
-        )
+        got = graded_class.results[name]
+        assert got.outcome is Outcome.GRADED, (name, got.why)
 
 
 @pytest.mark.parametrize("name", [tier_param(n, FULL_ENTRIES) for n in sorted(adv.ENTRIES)])
@@ -76,14 +76,14 @@ def test_entry_gets_exactly_what_it_earned(graded_class, name):
     if entry.get("base") != "solved":
         assert scores["score"] == 0, (name, {k: g["score"] for k, g in scores["grades"].items()})
         return
-    assert result["seconds"] <= BOUND, name  # the per-submission bound holds for everyone
+    assert result.seconds <= BOUND, name  # the per-submission bound holds for everyone
     lost = entry.get("lost", [])
     if lost is None:  # slow entries: whatever they score, they finished within the bound (above)
         return
     for test, points in CORE.items():
         want = 0 if test in lost else points
         got = scores["grades"][test]["score"]
-        assert got == want, (name, test, result["grades"][test]["message"])
+        assert got == want, (name, test, result.result.grades[test].message)
 
 
 def test_nobody_elses_data_is_touched(graded_class):
@@ -132,7 +132,7 @@ def test_nothing_hidden_leaks_into_what_students_see(graded_class):
 
 
 def test_problems_are_noted_for_that_student_only(graded_class):
-    problems = {name: " ".join(r.get("problems", [])) for name, r in graded_class.results.items()}
+    problems = {name: " ".join(e.why) for name, e in graded_class.results.items()}
     assert "more than once" in problems["duplicated_graded_cell"]
     assert (
         "missing" in problems["deleted_answer_cell"]
@@ -158,16 +158,16 @@ def test_regrading_is_resumable_and_gives_the_same_scores(graded_class):
     timed = {
         n for n, e in adv.ENTRIES.items() if e.get("lost", []) is None
     }  # slow entries: load decides
-    assert {k: v["score"] for k, v in again.items() if k not in timed} == {
-        k: v["score"] for k, v in graded_class.results.items() if k not in timed
+    assert {k: e.result.core.score for k, e in again.items() if k not in timed} == {
+        k: e.result.core.score for k, e in graded_class.results.items() if k not in timed
     }
-    assert all("fingerprint" in v for v in again.values())
+    assert all(e.recorded and e.fingerprint for e in again.values())
 
 
 def test_nothing_but_the_runner_pipes_reaches_a_sandbox_started_by_a_class_worker(graded_class):
     """The escape probe ran inside a sandbox that a grade-class worker started: it saw only the
     runner's two pipes and stdin/stdout/stderr, and neither the repository nor the course is mounted."""
-    output = graded_class.results["escape_fd_and_mount_probe"]["output"]
+    output = graded_class.results["escape_fd_and_mount_probe"].result.output
     line = next(part for part in output.splitlines() if part.startswith(adv.FDPROBE))
     seen = json.loads(line[len(adv.FDPROBE) :])
     assert seen["fds"] == sorted([0, 1, 2, *seen["runner"]]), seen
@@ -175,13 +175,13 @@ def test_nothing_but_the_runner_pipes_reaches_a_sandbox_started_by_a_class_worke
 
 
 def test_no_submission_is_left_ungraded_and_no_internal_error_is_a_grade(graded_class):
-    for name, result in graded_class.results.items():
-        assert not result.get("ungraded"), (name, result.get("problems"))
-        assert "internal" not in " ".join(result.get("problems", [])), name
+    for name, entry in graded_class.results.items():
+        assert entry.outcome is Outcome.GRADED, (name, entry.why)
+        assert "internal" not in " ".join(entry.why), name
 
 
-def _verdicts(result: dict) -> dict:
-    return {k: (g["score"], g["message"]) for k, g in result["grades"].items()}
+def _verdicts(result: GradingResult) -> dict:
+    return {k: (g.score, g.message) for k, g in result.grades.items()}
 
 
 def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(graded_class):
@@ -196,10 +196,10 @@ def test_an_honest_grade_does_not_depend_on_who_else_is_in_the_class(graded_clas
         by_itself, _ = grading.grade_submission(
             graded_class.subs[student], source_nb, checks, secret, student
         )
-        assert _verdicts(by_itself.to_dict()) == _verdicts(graded_class.results[student]), student
+        assert _verdicts(by_itself) == _verdicts(graded_class.results[student].result), student
     assert (
-        graded_class.results["alice"]["score"] == CORE_MAX
-        and graded_class.results["bob"]["score"] == 0
+        graded_class.results["alice"].result.core.score == CORE_MAX
+        and graded_class.results["bob"].result.core.score == 0
     )
 
 
@@ -212,16 +212,14 @@ def test_an_honest_grade_does_not_depend_on_how_busy_the_machine_is(graded_class
         loaded, _ = grading.grade_submission(
             graded_class.subs["alice"], source_nb, checks, secret, "alice"
         )
-    assert _verdicts(loaded.to_dict()) == _verdicts(graded_class.results["alice"])
+    assert _verdicts(loaded) == _verdicts(graded_class.results["alice"].result)
 
 
 def test_workers_grade_side_by_side(graded_class):
     """The class took about (sum of its gradings) / workers, not their sum: the slow entries (a whole
     budget each) and the honest work run two at a time. The tail: one worker alone for a last grading."""
-    busy = sum(r["seconds"] for r in graded_class.results.values())
-    tail = 2 * max(
-        r["seconds"] for r in graded_class.results.values()
-    )  # the last, longest gradings
+    busy = sum(e.seconds for e in graded_class.results.values())
+    tail = 2 * max(e.seconds for e in graded_class.results.values())  # the last, longest gradings
     assert graded_class.seconds <= busy / WORKERS + tail, (graded_class.seconds, busy, tail)
     assert busy / WORKERS + tail < busy  # the bound is tighter than one worker at a time would take
 
@@ -256,7 +254,7 @@ def test_an_internal_error_is_retried_then_left_ungraded_and_never_cached(graded
     )
     assert (
         set(results) == {"zoe"}
-        and results["zoe"].get("ungraded")
+        and results["zoe"].outcome is Outcome.UNGRADED
         and "UNGRADED after 2 attempts" in "".join(out)
     )
     assert not (course / ".mlbook_grading" / NB / "zoe.json").exists()

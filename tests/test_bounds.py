@@ -22,6 +22,7 @@ import time
 import nbformat
 import pytest
 from mlbook_tools import classgrade, cli, driver, grading, plugins, sandbox
+from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores, run_nbgrader
@@ -187,16 +188,16 @@ def test_grade_class_records_the_refusal_for_that_student_only(tmp_path, huge):
     out = io.StringIO()
     results = grade_class(course, NB, workers=2, progress=False, out=out)
     big = results["big"]
-    assert not big.get("ungraded") and big["seconds"] <= 2, big
-    assert any(p.startswith("too large: ") and "cells (limit 2000)" in p for p in big["problems"])
+    assert big.outcome is Outcome.GRADED and big.seconds <= 2, big
+    assert any(p.startswith("too large: ") and "cells (limit 2000)" in p for p in big.why)
     assert "too large: " in next(
         line for line in out.getvalue().splitlines() if line.startswith("big")
     )
     assert (
         read_scores(course / "gradebook.db", NB, "big")["score"] == 0
     )  # recorded: a grade, not an error
-    assert not results["bob"].get("ungraded")
-    assert not any("too large" in p for p in results["bob"]["problems"])
+    assert results["bob"].outcome is Outcome.GRADED
+    assert not any("too large" in p for p in results["bob"].why)
     autograded = nbformat.read(course / "autograded" / "big" / NB / f"{NB}.ipynb", as_version=4)
     assert "too large: " in autograded.cells[0].source
     assert len(autograded.cells) < 200
@@ -285,13 +286,13 @@ def test_the_empty_dict_bomb_is_graded_within_its_backstop_in_a_class_run(tmp_pa
     results = grade_class(course, NB, workers=1, progress=False, out=io.StringIO(), budget=budget)
     took = time.monotonic() - t0
     bomb = results["bomb"]
-    assert not bomb.get("ungraded"), bomb
-    assert bomb["seconds"] <= budget * DEFAULT_LIMITS.wall_factor + 5, bomb["seconds"]
-    assert bomb["score"] == bomb["max_score"] == CORE_MAX, bomb
-    assert any("stored metadata (18.0 MB" in p for p in bomb["problems"]), bomb["problems"]
+    assert bomb.outcome is Outcome.GRADED, bomb
+    assert bomb.seconds <= budget * DEFAULT_LIMITS.wall_factor + 5, bomb.seconds
+    assert bomb.result.core.score == bomb.result.core.max_score == CORE_MAX, bomb
+    assert any("stored metadata (18.0 MB" in p for p in bomb.why), bomb.why
     autograded = course / "autograded" / "bomb" / NB / f"{NB}.ipynb"
     assert autograded.stat().st_size < 2 * 1024**2
-    print(f"bomb graded in {bomb['seconds']} s (class run {took:.1f} s)")
+    print(f"bomb graded in {bomb.seconds} s (class run {took:.1f} s)")
 
 
 # ------------------------------------------------------------------------------ the wall-clock backstop
@@ -314,10 +315,9 @@ def test_grade_class_and_the_autograde_button_end_within_the_backstop(tmp_path, 
     results = grade_class(
         course, NB, workers=1, progress=False, out=open(os.devnull, "w"), budget=BUDGET
     )
-    assert results["sleeper"]["seconds"] <= BUDGET * DEFAULT_LIMITS.wall_factor + 5, results[
-        "sleeper"
-    ]
-    assert not results["sleeper"].get("ungraded")
+    sleeper = results["sleeper"]
+    assert sleeper.seconds <= BUDGET * DEFAULT_LIMITS.wall_factor + 5, sleeper
+    assert sleeper.outcome is Outcome.GRADED
     # nbgrader autograde: the refused one costs only nbgrader's own start and writing (the baseline)
     t0 = time.monotonic()
     run_nbgrader(["autograde", NB, "--force", "--student=big"], course)
@@ -344,10 +344,10 @@ def test_a_worker_past_its_backstop_is_stopped_at_once_and_not_retried(monkeypat
     t0 = time.monotonic()
     classgrade._drive({"init": True}, jobs, done, start=30, backstop=3, attempts=2)
     took = time.monotonic() - t0
-    student, _, got = done.get_nowait()
-    assert student == "mallory" and got["ungraded"], got
+    got, notebook = done.get_nowait()
+    assert got.student == "mallory" and got.outcome is Outcome.UNGRADED and notebook is None, got
     assert 3 <= took < 3 + 5, took  # one attempt: a retry would double it
-    assert got["problems"] == [
-        "UNGRADED after 1 attempt: its grading did not end by its wall-clock backstop + grace (3 s) and was stopped"
-    ]
+    assert got.problems == (
+        "UNGRADED after 1 attempt: its grading did not end by its wall-clock backstop + grace (3 s) and was stopped",
+    )
     assert done.empty() and jobs.empty()

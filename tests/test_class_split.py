@@ -13,6 +13,7 @@ import shutil
 import graded_class as gc
 import grading_catalog as cat
 import pytest
+from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.grading import read_scores
 
@@ -71,8 +72,8 @@ def test_two_copies_graded_apart_merge_into_the_one_run_gradebook(tmp_path):
             shutil.copy(copy / STATE / f"{student}.json", main / STATE / f"{student}.json")
 
     merged = _grade(main)
-    assert all(r.get("unchanged") for r in merged.values()), {
-        s: sorted(r) for s, r in merged.items() if not r.get("unchanged")
+    assert all(e.outcome is Outcome.UNCHANGED for e in merged.values()), {
+        s: e.outcome for s, e in merged.items()
     }  # nothing graded twice
     want, got = _gradebook(whole, subs), _gradebook(main, subs)
     assert got == want, json.dumps({"one run": want, "merged": got}, indent=1, default=str)
@@ -92,5 +93,5 @@ def test_a_copied_back_grading_for_other_source_is_graded_again(tmp_path):
     shutil.copytree(other / "autograded", main / "autograded")
     shutil.copytree(other / ".mlbook_grading", main / ".mlbook_grading")
     merged = _grade(main)
-    assert not merged["alice"].get("unchanged")
-    assert merged["alice"]["score"] == gc.CORE_MAX
+    assert merged["alice"].outcome is Outcome.GRADED
+    assert merged["alice"].result.core.score == gc.CORE_MAX

@@ -13,6 +13,8 @@ import sys
 import nbformat
 import pytest
 from mlbook_tools import classgrade, grading
+from mlbook_tools.classentry import Outcome, WorkerReply
+from mlbook_tools.classgrade import _line
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT
 from ppo_checks import CHECKS
@@ -41,25 +43,30 @@ def test_an_engine_failure_is_internal_with_its_reason_and_trace(source_nb, monk
 
     monkeypatch.setattr(grading, "grade_submission", broken)
     reply = classgrade._grade_one("ann", str(RELEASE), source_nb, None, b"s", _init())
-    assert reply["status"] == "internal", reply
-    assert reply["why"].startswith("RuntimeError: the engine broke") and len(reply["why"]) < 600
-    assert "broken" in reply["trace"] and len(reply["trace"]) <= 2000
-    assert "result" not in reply and "notebook" not in reply  # nothing that could be recorded
+    assert reply.status == "internal", reply
+    assert reply.why.startswith("RuntimeError: the engine broke") and len(reply.why) < 600
+    assert "broken" in reply.trace and len(reply.trace) <= 2000
+    assert reply.result is None and reply.notebook is None  # nothing that could be recorded
+    sent = json.loads(reply.to_json())
+    assert "result" not in sent and "notebook" not in sent
+    assert WorkerReply.from_json(reply.to_json()) == reply  # what the parent reads back
 
 
 def test_an_unreadable_path_is_internal_not_a_grade(source_nb):
     reply = classgrade._grade_one("ann", "/nonexistent/x.ipynb", source_nb, None, b"s", _init())
-    assert reply["status"] == "internal" and "No such file" in reply["why"], reply
+    assert reply.status == "internal" and "No such file" in reply.why, reply
 
 
 def test_a_submission_past_a_bound_is_refused_without_grading(source_nb, monkeypatch):
     monkeypatch.setattr(grading, "grade_submission", lambda *a, **k: pytest.fail("graded"))
     small = _init(max_notebook_bytes=1000)
     reply = classgrade._grade_one("ann", str(RELEASE), source_nb, None, b"s", small)
-    assert reply["status"] == "graded", reply
-    result = reply["result"]
-    assert result["score"] == 0 and any("too large" in p for p in result["problems"]), result
-    assert nbformat.reads(reply["notebook"], as_version=4).cells  # the autograded notebook
+    assert reply.status == "graded", reply
+    result = reply.result
+    assert result.core.score == 0 and any("too large" in p for p in result.problems), result
+    assert nbformat.reads(reply.notebook, as_version=4).cells  # the autograded notebook
+    back = WorkerReply.from_json(reply.to_json())  # the line the parent reads, checked
+    assert back.result.to_dict() == result.to_dict() and back.notebook == reply.notebook
 
 
 INTERNAL = (  # a stand-in worker: takes the init line, then answers each job "internal"
@@ -87,12 +94,16 @@ def test_the_parent_retries_an_internal_answer_once_then_reports_it_ungraded(mon
     jobs, done = queue.Queue(), queue.Queue()
     jobs.put(("ann", "/x.ipynb", "fp", 0))
     classgrade._drive({"init": True}, jobs, done, start=30, backstop=30, attempts=2)
-    student, fp, got = done.get_nowait()
-    assert (student, fp) == ("ann", "fp") and got["ungraded"], got
-    assert got["problems"] == ["UNGRADED after 2 attempts: RuntimeError: the engine broke"]
-    assert got["trace"] == "Traceback ..." and len(started) == 2  # a fresh worker for the retry
+    got, notebook = done.get_nowait()
+    assert (got.student, got.fingerprint) == ("ann", "fp") and notebook is None, got
+    assert got.outcome is Outcome.UNGRADED and got.result is None and not got.recorded
+    assert got.problems == ("UNGRADED after 2 attempts: RuntimeError: the engine broke",)
+    assert got.trace == "Traceback ..." and len(started) == 2  # a fresh worker for the retry
     assert done.empty() and jobs.empty()
-    json.dumps(got)  # what the class run records is plain JSON
+    assert (
+        _line(got)
+        == "ann                  UNGRADED after 2 attempts: RuntimeError: the engine broke"
+    )
 
 
 def test_mlbook_grade_reports_a_file_that_is_not_a_notebook(tmp_path, capsys):

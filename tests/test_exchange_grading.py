@@ -7,6 +7,7 @@ import os
 import sys
 
 import pytest
+from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.course import new_course
@@ -33,7 +34,9 @@ def test_grade_class_refuses_unsafe_student_ids(tmp_path, monkeypatch):
     out = io.StringIO()
     results = grade_class(course, NB, workers=1, trusted=True, progress=False, out=out)
     said = out.getvalue()
-    assert results == {}, results
+    assert {s: e.outcome for s, e in results.items()} == {
+        s: Outcome.REFUSED for s in ("x;=2+2", ".hidden", "-rf", "a\x1b[2Jb")
+    }, results
     for student in ("x;=2+2", ".hidden", "-rf"):
         assert f"NOT GRADED: student id {student!r} is not allowed" in said, said
     assert "\x1b" not in said and "'a\\x1b[2Jb'" in said  # named, escaped

@@ -78,7 +78,7 @@ def course(tmp_path, monkeypatch):
             gb.add_submission(NB, student)
             if i % 3 == 1:  # unreadable: its error text
                 (state / f"{student}.json").write_text(
-                    json.dumps({"error": f"not JSON\t=cmd|' /C calc'!A0;@x {i}"})
+                    json.dumps({"grades": {}, "error": f"not JSON\t=cmd|' /C calc'!A0;@x {i}"})
                 )
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -7,31 +7,42 @@ import json
 import nbformat
 import pytest
 from mlbook_tools import flags
+from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.classgrade import _line
 from mlbook_tools.feedback import CoreExtraSummary
+from mlbook_tools.result import CellGrade, GradingResult
 
 NB = "rlhf_ppo"
 
 pytestmark = pytest.mark.unit
 
 
-def _result(error=None, **extra) -> dict:
+def _result(error=None) -> GradingResult:
+    """Three core checks (one passed), one extra-credit check, three core and two extra written
+    answers awaiting a person."""
     grades = {
-        "test_a": {"score": 0.0, "max_score": 2.0},
-        "test_b": {"score": 1.0, "max_score": 1.0},
-        "test_c": {"score": 0.0, "max_score": 1.0},
-        "ex_pairwise_loss_test": {"score": 0.0, "max_score": 1.0},
+        gid: CellGrade(gid, score, top)
+        for gid, score, top in (
+            ("test_a", 0.0, 2.0),
+            ("test_b", 1.0, 1.0),
+            ("test_c", 0.0, 1.0),
+            ("ex_pairwise_loss_test", 0.0, 1.0),
+        )
     }
-    return {
-        "score": 1.0,
-        "max_score": 4.0,
-        "grades": grades,
-        "extra_credit": {"score": 0, "max_score": 6, "awaiting_manual": ["ex1", "ex2"]},
-        "awaiting_manual": ["w1", "w2", "w3"],
-        "error": error,
-        "problems": [error] if error else [],
-        **extra,
-    }
+    written = {"w1": 1.0, "w2": 1.0, "w3": 1.0, "ex1": 2.5, "ex2": 2.5}
+    return GradingResult(
+        grades,
+        written,
+        problems=[error] if error else [],
+        output="",
+        seconds=3.0,
+        cell_errors={},
+        error=error,
+    )
+
+
+def _graded(student, error=None) -> ClassEntry:
+    return ClassEntry(student, Outcome.GRADED, _result(error), fingerprint="fp")
 
 
 def test_refused_and_unreadable_are_told_apart_in_one_line():
@@ -51,13 +62,13 @@ def test_refused_and_unreadable_are_told_apart_in_one_line():
 
 
 def test_grade_class_line_flags_a_refused_file_and_names_failing_checks():
-    line = _line("carol", _result("too large: 2001 cells (limit 2000); nothing was run"), NB)
+    line = _line(_graded("carol", "too large: 2001 cells (limit 2000); nothing was run"), NB)
     assert "REFUSED: too large" in line and "awaiting manual grading" not in line
-    graded = _line("dave", _result(), NB)
+    graded = _line(_graded("dave"), NB)
     assert "failed: test_a, test_c" in graded  # the failing core checks by name, not a count
     assert "ex_pairwise_loss_test" not in graded  # extra credit is not a failure
     assert "awaiting manual grading: 5" in graded
-    unreadable = _line("bob", _result("the file is not a readable notebook (x)"), NB)
+    unreadable = _line(_graded("bob", "the file is not a readable notebook (x)"), NB)
     assert "UNREADABLE" in unreadable and "awaiting" not in unreadable
 
 
@@ -74,11 +85,13 @@ def test_flag_of_reads_the_folder_and_the_saved_state(tmp_path):
     (state / "alice.json").write_text(json.dumps({"misnamed": [f"{NB}-Copy1.ipynb"]}))
     (folder / f"{NB}-Copy1.ipynb").rename(folder / f"{NB}.ipynb")
     assert flags.flag_of(course, NB, "alice") is None  # renamed: it needs grading, not a flag
-    (state / "bob.json").write_text(json.dumps(_result("too large: 30.0 MB (limit 20.0 MB)")))
-    (state / "carol.json").write_text(json.dumps(_result()))
+    (state / "bob.json").write_text(_result("too large: 30.0 MB (limit 20.0 MB)").to_json())
+    (state / "carol.json").write_text(_result().to_json())
+    (state / "dora.json").write_text(json.dumps({"score": 10}))  # not a result: nothing saved
     assert flags.flag_of(course, NB, "bob").kind == "refused"
     assert flags.flag_of(course, NB, "carol") is None
-    assert set(flags.flags_of(course, NB, ["alice", "bob", "carol"])) == {"bob"}
+    assert flags.flag_of(course, NB, "dora") is None
+    assert set(flags.flags_of(course, NB, ["alice", "bob", "carol", "dora"])) == {"bob"}
 
 
 def test_live_flag_checks_the_file_as_it_is_now(tmp_path):
@@ -90,7 +103,7 @@ def test_live_flag_checks_the_file_as_it_is_now(tmp_path):
     folder.mkdir(parents=True)
     state = course / ".mlbook_grading" / NB
     state.mkdir(parents=True)
-    (state / "carol.json").write_text(json.dumps(_result("too large: 2001 cells")))
+    (state / "carol.json").write_text(_result("too large: 2001 cells").to_json())
     cells = [nbformat.v4.new_code_cell("x = 1") for _ in range(2001)]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), folder / f"{NB}.ipynb")
     flag = live_flag(course, NB, "carol")

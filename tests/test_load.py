@@ -15,6 +15,7 @@ import shutil
 import adversarial_catalog as adv
 import nbformat
 import pytest
+from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
 from mlbook_tools.grading import run_nbgrader
@@ -68,8 +69,8 @@ def _scores(course) -> dict:
         limits=LIMITS,
         budget=BUDGET,
     )
-    assert not any(r.get("ungraded") for r in results.values()), results
-    return {s: {g: v["score"] for g, v in r["grades"].items()} for s, r in results.items()}
+    assert all(e.outcome is Outcome.GRADED for e in results.values()), results
+    return {s: {g: v.score for g, v in e.result.grades.items()} for s, e in results.items()}
 
 
 def test_the_same_grades_with_every_core_busy(tmp_path):

@@ -20,6 +20,7 @@ reported UNGRADED at once (a second try would only take as long again). The stat
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,10 +32,11 @@ import threading
 import time
 import traceback
 
-from mlbook_tools import feedback, grading, manual_audit, sandbox, submission
+from mlbook_tools import classentry, feedback, grading, manual_audit, sandbox, submission
+from mlbook_tools.classentry import BadReply, ClassEntry, Outcome, WorkerReply
 from mlbook_tools.errors import TooLarge
 from mlbook_tools.limits import GradingLimits
-from mlbook_tools.result import BadResult, GradingResult, is_extra
+from mlbook_tools.result import is_extra
 
 # ------------------------------------------------------------------------------ the worker process
 
@@ -60,11 +62,11 @@ def worker_main() -> None:
         channel.write(STARTED + "\n")  # the parent's backstop counts from here
         channel.flush()
         reply = _grade_one(job["student"], job["path"], source_nb, checks, secret, init)
-        channel.write(json.dumps(reply, default=str) + "\n")
+        channel.write(reply.to_json() + "\n")
         channel.flush()
 
 
-def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
+def _grade_one(student, path, source_nb, checks, secret, init) -> WorkerReply:
     t0 = time.monotonic()
     try:
         import nbformat
@@ -90,13 +92,11 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> dict:
             )
         notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
-        return {
-            "status": "internal",
-            "why": f"{type(err).__name__}: {str(err)[:500]}",
-            "trace": traceback.format_exc()[-2000:],
-        }
-    result.seconds = round(time.monotonic() - t0, 2)
-    return {"status": "graded", "result": result.to_dict(), "notebook": notebook}
+        return WorkerReply.internal(
+            f"{type(err).__name__}: {str(err)[:500]}", traceback.format_exc()[-2000:]
+        )
+    seconds = round(time.monotonic() - t0, 2)
+    return WorkerReply.graded(dataclasses.replace(result, seconds=seconds), notebook)
 
 
 class _Worker:
@@ -122,48 +122,35 @@ class _Worker:
             self.lines.put(line)
         self.lines.put(None)
 
-    def grade(self, student: str, path: str, start: float, backstop: float) -> dict:
-        """The worker's reply; {"status": "internal"} when it died, did not take the submission within
-        ``start`` seconds or wrote nonsense; {"status": "backstop"} when it did not answer within
-        ``backstop`` seconds of taking it."""
+    def grade(self, student: str, path: str, start: float, backstop: float) -> WorkerReply:
+        """The worker's reply; "internal" when it died, did not take the submission within ``start``
+        seconds or wrote something that is not a reply (``WorkerReply.from_json`` says what);
+        "backstop" when it did not answer within ``backstop`` seconds of taking it."""
         try:
             self.proc.stdin.write(json.dumps({"student": student, "path": path}) + "\n")
             self.proc.stdin.flush()
             line = self.lines.get(timeout=start)
         except queue.Empty:
-            return {
-                "status": "internal",
-                "why": f"the grading worker did not start within {start:.0f} s",
-            }
+            return WorkerReply.internal(f"the grading worker did not start within {start:.0f} s")
         except OSError:
             line = None
         if line is not None and line.strip() == STARTED:
             try:
                 line = self.lines.get(timeout=backstop)
             except queue.Empty:
-                return {
-                    "status": "backstop",
-                    "why": f"its grading did not end by its wall-clock backstop + grace ({backstop:g} s) and was stopped",
-                }
+                return WorkerReply.backstop(
+                    f"its grading did not end by its wall-clock backstop + grace ({backstop:g} s) and was stopped"
+                )
         if line is None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            return {
-                "status": "internal",
-                "why": f"the grading worker died (exit {self.proc.returncode})",
-            }
+            return WorkerReply.internal(f"the grading worker died (exit {self.proc.returncode})")
         try:
-            reply = json.loads(line)
-            if reply.get("status") not in ("graded", "internal"):
-                raise ValueError
-            return reply
-        except (ValueError, AttributeError):
-            return {
-                "status": "internal",
-                "why": "the grading worker wrote something that is not a reply",
-            }
+            return WorkerReply.from_json(line)
+        except BadReply as err:
+            return WorkerReply.internal(f"the grading worker's reply: {err}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -200,37 +187,22 @@ def _drive(
                 return
             if worker is None or not worker.alive():
                 worker = _Worker(init)
-            reply = worker.grade(student, path, start, backstop)
-            if reply["status"] == "graded":
-                try:  # plain JSON from the worker, checked (types, totals) before anything is recorded
-                    result = GradingResult.from_dict(reply["result"])
-                    notebook = reply.get("notebook")
-                    if not isinstance(notebook, str | None):
-                        raise BadResult("the autograded notebook is not text")
-                except (BadResult, KeyError) as err:
-                    reply = {"status": "internal", "why": f"the grading worker's result: {err}"}
-                else:
-                    done.put((student, fp, (result, notebook)))
-                    continue
+            reply = worker.grade(student, path, start, backstop)  # checked: types, totals
+            if reply.status == "graded":
+                entry = ClassEntry(student, Outcome.GRADED, reply.result, fingerprint=fp)
+                done.put((entry, reply.notebook))
+                continue
             worker.kill()  # a fresh worker for the retry (and for whatever comes next)
             worker = None
-            if attempt + 1 < attempts and reply["status"] != "backstop":
+            if attempt + 1 < attempts and reply.status != "backstop":
                 jobs.put((student, path, fp, attempt + 1))
             else:
                 tries = attempt + 1
-                why = f"UNGRADED after {tries} attempt{'s' * (tries > 1)}: {reply['why']}"
-                done.put(
-                    (
-                        student,
-                        fp,
-                        {
-                            "ungraded": True,
-                            "problems": [why],
-                            "seconds": 0,
-                            "trace": reply.get("trace"),
-                        },
-                    )
+                why = f"UNGRADED after {tries} attempt{'s' * (tries > 1)}: {reply.why}"
+                entry = ClassEntry(
+                    student, Outcome.UNGRADED, fingerprint=fp, problems=(why,), trace=reply.trace
                 )
+                done.put((entry, None))
     finally:
         if worker is not None:
             worker.stop()
@@ -261,8 +233,9 @@ def grade_class(
     progress: bool = True,
     out=sys.stdout,
     limits: GradingLimits | None = None,
-) -> dict:
-    """Grade every submission; returns {student: result summary}. Writes gradebook and autograded notebooks.
+) -> dict[str, ClassEntry]:
+    """Grade every submission; returns {student: what this run did}, one entry per submission folder
+    (``classentry.Outcome``). Writes the gradebook and the autograded notebooks.
 
     ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
     replaces their ``budget_seconds``."""
@@ -294,30 +267,30 @@ def grade_class(
     state_dir.mkdir(parents=True, exist_ok=True)
     manual_audit.report(course, assignment, out)  # manual scores changed since the last run
     checks_path = grading.layout().checks
-    jobs, results, kept = [], {}, []  # kept: unchanged since a grading (here or copied back)
-    from mlbook_tools.exchange import refuse_unsafe_ids  # ids outside the safe set (exchange.py)
-
-    refused = refuse_unsafe_ids(course, assignment, out)
+    results: dict[str, ClassEntry] = refused_ids(course, assignment)  # ids outside the safe set
+    for entry in results.values():
+        print(_line(entry, assignment), file=out)
+    jobs, kept = [], []  # kept: unchanged since a grading (here or copied back)
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
-        if student in refused:
+        if student in results:
             continue
         fp = _fingerprint(_head(nb_path, limits), checks_path, source)
-        state = state_dir / f"{student}.json"
-        if not force and state.exists():
-            try:
-                old = json.loads(state.read_text())
-                if old.get("fingerprint") == fp and _made_here(course, assignment, student, fp):
-                    results[student] = {**old, "unchanged": True}
-                    kept.append(student)
-                    continue
-            except (OSError, ValueError):
-                pass
+        old = None if force else classentry.saved(course, assignment, student)
+        if (
+            old is not None
+            and old.result is not None
+            and old.fingerprint == fp
+            and _made_here(course, assignment, student, fp)
+        ):
+            kept.append(dataclasses.replace(old, outcome=Outcome.UNCHANGED))
+            continue
         jobs.append((student, str(nb_path), fp))
-    _fill_gradebook(course, assignment, kept, results)
-    for student in kept:  # a rerun says every score too, not only the regraded ones
-        print(_line(student, results[student], assignment) + "  (unchanged, kept)", file=out)
-    report_misnamed(course, assignment, results, out)
+    _fill_gradebook(course, assignment, kept)
+    for entry in kept:  # a rerun says every score too, not only the regraded ones
+        results[entry.student] = entry
+        print(_line(entry, assignment), file=out)
+    results.update(report_misnamed(course, assignment, out))
     report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
@@ -347,28 +320,11 @@ def grade_class(
     for t in threads:
         t.start()
     for _ in range(len(jobs)):
-        student, fp, got = done.get()
-        if isinstance(
-            got, dict
-        ):  # UNGRADED: never recorded, never cached: the next run tries again
-            results[student] = got
-            line = f"{student:20s} " + feedback.printable("; ".join(got["problems"]))
-        else:
-            graded, notebook = got
-            try:
-                grading.record(
-                    course, assignment, student, graded, source_nb, _marked(notebook, fp)
-                )
-            except Exception as err:  # noqa: BLE001
-                graded.problems = [
-                    *(graded.problems or []),
-                    f"could not record the grade: {type(err).__name__}: {err}",
-                ]
-            result = {**graded.to_dict(), "fingerprint": fp}
-            kept = {k: v for k, v in result.items() if k != "output"}
-            (state_dir / f"{student}.json").write_text(json.dumps(kept, default=str))
-            results[student] = result
-            line = _line(student, result, assignment)
+        entry, notebook = done.get()
+        if entry.outcome is Outcome.GRADED:  # UNGRADED: never recorded, never cached (tried again)
+            entry = _record(course, assignment, entry, source_nb, notebook)
+        results[entry.student] = entry
+        line = _line(entry, assignment)
         if bar is not None:
             bar.write(line, file=out)
             bar.update()
@@ -380,50 +336,77 @@ def grade_class(
         bar.close()
     from mlbook_tools.late import apply_late_penalties  # nbgrader's late-penalty plugin (late.py)
 
-    apply_late_penalties(
-        course, assignment, [s for s, r in results.items() if not r.get("ungraded")], out
-    )
+    apply_late_penalties(course, assignment, [s for s, e in results.items() if e.recorded], out)
     manual_audit.save(course, assignment)
     return results
 
 
-def _fill_gradebook(
-    course: pathlib.Path, assignment: str, students: list[str], results: dict
-) -> None:
+def refused_ids(course: pathlib.Path, assignment: str) -> dict[str, ClassEntry]:
+    """The submission folders whose student id is not a safe one (exchange.py): never read,
+    graded, put in the gradebook or the exports."""
+    from mlbook_tools.exchange import unsafe_ids
+
+    refused = {}
+    for student, why in unsafe_ids(course, assignment).items():
+        refused[student] = ClassEntry(student, Outcome.REFUSED, problems=(why,))
+    return refused
+
+
+def _record(
+    course: pathlib.Path, assignment: str, entry: ClassEntry, source_nb, notebook: str | None
+) -> ClassEntry:
+    """Record a grading in the gradebook and the state file; the entry as recorded (a failure to
+    record is one more problem on the student's line)."""
+    try:
+        grading.record(
+            course,
+            assignment,
+            entry.student,
+            entry.result,
+            source_nb,
+            _marked(notebook, entry.fingerprint),
+        )
+    except Exception as err:  # noqa: BLE001
+        why = f"could not record the grade: {type(err).__name__}: {err}"
+        result = dataclasses.replace(entry.result, problems=[*(entry.result.problems or []), why])
+        entry = dataclasses.replace(entry, result=result)
+    state = course / ".mlbook_grading" / assignment / f"{entry.student}.json"
+    state.write_text(json.dumps(entry.to_state(), default=str))
+    return entry
+
+
+def _fill_gradebook(course: pathlib.Path, assignment: str, kept: list[ClassEntry]) -> None:
     """Record the kept grading of each student the gradebook does not hold as it was graded.
 
     A grading done on another copy of the course (docs/scale.md, several machines) comes back as its
     autograded notebook and its state file; the gradebook here has not seen it. The notebook carries
     the fingerprint of that grading (``_made_here``), so its result is recorded as it stands, not
     regraded."""
-    if not students:
+    if not kept:
         return
     from nbgrader.api import Gradebook, MissingEntry
 
     missing = []
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for student in students:
+        for entry in kept:
             try:
-                have = {
-                    g.name: g
-                    for g in gb.find_submission_notebook(assignment, assignment, student).grades
-                }
+                nb = gb.find_submission_notebook(assignment, assignment, entry.student)
             except MissingEntry:
-                missing.append(student)
+                missing.append(entry)
                 continue
-            for gid, g in results[student].get("grades", {}).items():
+            have = {g.name: g for g in nb.grades}
+            for gid, g in entry.result.grades.items():
                 got = have.get(gid)
                 score = None if got is None else (got.auto_score or 0.0) + (got.extra_credit or 0.0)
-                if score is None or abs(score - g["score"]) > 1e-9:
-                    missing.append(student)
+                if score is None or abs(score - g.score) > 1e-9:
+                    missing.append(entry)
                     break
     if not missing:
         return
     source_nb, _, _ = grading.load_course(course, assignment)
-    for student in missing:
-        graded = GradingResult.from_dict(results[student])
-        path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
-        grading.record(course, assignment, student, graded, source_nb, path.read_text())
+    for entry in missing:
+        path = course / "autograded" / entry.student / assignment / f"{assignment}.ipynb"
+        grading.record(course, assignment, entry.student, entry.result, source_nb, path.read_text())
 
 
 class NotACourse(FileNotFoundError):
@@ -446,7 +429,7 @@ def require_course(course: pathlib.Path, assignment: str) -> None:
         )
 
 
-def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -> None:
+def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, ClassEntry]:
     """A submission folder without ``<assignment>.ipynb`` (e.g. only ``rlhf_ppo-Copy1.ipynb``) is a
     problem of that student, named in the results, the summary and both exports (the student is
     added to the gradebook with no submission, the status column names the file found)."""
@@ -454,11 +437,12 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
 
     from mlbook_tools.exchange import student_id_problem
 
+    misnamed = {}
     for folder in sorted(course.glob(f"submitted/*/{assignment}")):
         if (folder / f"{assignment}.ipynb").exists():
             continue
         student = folder.parent.name
-        if student_id_problem(student):  # refused, said once (refuse_unsafe_ids)
+        if student_id_problem(student):  # refused, said once (refused_ids)
             continue
         found = (
             sorted(p.name for p in folder.glob("*.ipynb"))
@@ -466,16 +450,18 @@ def report_misnamed(course: pathlib.Path, assignment: str, results: dict, out) -
         )
         what = ", ".join(found) if found else "an empty folder"
         why = f"no {assignment}.ipynb in {folder.relative_to(course)}: found {what}; rename it to {assignment}.ipynb and rerun"
-        results[student] = {"misnamed": found, "problems": [why], "not_graded": True}
+        entry = ClassEntry(student, Outcome.MISNAMED, problems=(why,), found=tuple(found))
+        misnamed[student] = entry
         state = course / ".mlbook_grading" / assignment / f"{student}.json"
         state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps(results[student]))
+        state.write_text(json.dumps(entry.to_state()))
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
             try:
                 gb.find_student(student)
             except MissingEntry:
                 gb.add_student(student, last_name=student, first_name="")
-        print(f"{student:20s} NOT GRADED: " + feedback.printable(why), file=out)
+        print(_line(entry, assignment), file=out)
+    return misnamed
 
 
 EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's exchange adds
@@ -552,33 +538,40 @@ def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> 
     return isinstance(meta, dict) and meta.get("fingerprint") == fp
 
 
-def _line(student: str, result: dict, assignment: str = "rlhf_ppo") -> str:
-    """One student's line: core and extra credit, the failing checks by name, what awaits a person;
-    a refused or unreadable file its flag instead (nothing of it was read: never "awaiting")."""
-    from mlbook_tools.flags import from_result
+def _line(entry: ClassEntry, assignment: str = "rlhf_ppo") -> str:
+    """One student's line, by outcome. A grading (now or kept): core and extra credit, the failing
+    checks by name, what awaits a person; a refused or unreadable file its flag instead (nothing of
+    it was read: never "awaiting"). Not graded: why, and what to do."""
+    from mlbook_tools.flags import from_entry
 
-    ex = result.get("extra_credit", {})
-    problems = result.get("problems", [])
-    failed = [
-        k
-        for k, g in result.get("grades", {}).items()
-        if g["score"] < g["max_score"] and not is_extra(k)
-    ]
+    name = f"{entry.student:20s} "
+    if entry.outcome is Outcome.REFUSED:  # the id itself is unsafe: said escaped, never padded raw
+        return feedback.printable("NOT GRADED: " + "; ".join(entry.problems))
+    if entry.outcome is Outcome.UNGRADED:
+        return name + feedback.printable("; ".join(entry.problems))
+    if entry.outcome is Outcome.MISNAMED:
+        return name + "NOT GRADED: " + feedback.printable("; ".join(entry.problems))
+    result = entry.result
+    core, ex = result.core, result.extra
     text = (
-        f"{student:20s} core {result.get('score', 0):4g}/{result.get('max_score', 0):g}  extra {ex.get('score', 0):g}/"
-        f"{ex.get('max_score', 0):g}  {result.get('seconds', 0):6.1f} s"
+        f"{name}core {core.score:4g}/{core.max_score:g}  extra {ex.score:g}/{ex.max_score:g}  "
+        f"{entry.seconds:6.1f} s"
     )
-    flag = from_result(assignment, student, result)
+    flag = from_entry(assignment, entry)
     if flag is not None:
-        return f"{text}  {flag.line()}"
-    if failed:
-        text += "  failed: " + ", ".join(failed)
-    waiting = [*result.get("awaiting_manual", []), *ex.get("awaiting_manual", [])]
-    if waiting:
-        text += f"  awaiting manual grading: {len(waiting)}"
-    if problems:
-        text += "  problems: " + feedback.printable("; ".join(problems)[:300])
-    return text
+        text += f"  {flag.line()}"
+    else:
+        failed = [
+            g.grade_id for g in result.grades.values() if not g.passed and not is_extra(g.grade_id)
+        ]
+        if failed:
+            text += "  failed: " + ", ".join(failed)
+        waiting = [*core.awaiting_manual, *ex.awaiting_manual]
+        if waiting:
+            text += f"  awaiting manual grading: {len(waiting)}"
+        if result.problems:
+            text += "  problems: " + feedback.printable("; ".join(result.problems)[:300])
+    return text + ("  (unchanged, kept)" if entry.outcome is Outcome.UNCHANGED else "")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:

@@ -309,15 +309,12 @@ def _course_folder(given: str | None) -> pathlib.Path:
 
 def _class_summary(results: dict) -> int:
     """One line on what this run did: graded now, unchanged (skipped), not graded (and why)."""
-    now = sorted(
-        s
-        for s, r in results.items()
-        if not r.get("unchanged") and not r.get("ungraded") and not r.get("not_graded")
-    )
-    kept = sorted(s for s, r in results.items() if r.get("unchanged"))
-    ungraded = sorted(s for s, r in results.items() if r.get("ungraded"))
-    misnamed = sorted(s for s, r in results.items() if r.get("not_graded"))
-    unreadable = sorted(s for s in now if results[s].get("error"))
+    from mlbook_tools.classentry import Outcome
+
+    by = {o: sorted(s for s, e in results.items() if e.outcome is o) for o in Outcome}
+    now, kept = by[Outcome.GRADED], by[Outcome.UNCHANGED]
+    ungraded, misnamed, refused = by[Outcome.UNGRADED], by[Outcome.MISNAMED], by[Outcome.REFUSED]
+    unreadable = [s for s in now if results[s].result.error]
     line = f"{len(now)} submission{'' if len(now) == 1 else 's'} graded now"
     if kept:
         line += f", {len(kept)} unchanged since their last grading (kept; --force regrades them)"
@@ -336,13 +333,17 @@ def _class_summary(results: dict) -> int:
             file=sys.stderr,
         )
     if misnamed:
-        names = "; ".join(
-            f"{s}: {', '.join(results[s]['misnamed']) or 'empty folder'}" for s in misnamed
-        )
+        names = "; ".join(f"{s}: {', '.join(results[s].found) or 'empty folder'}" for s in misnamed)
         print(f"NOT GRADED, misnamed (rename, then rerun): {names}", file=sys.stderr)
+    if refused:
+        print(
+            f"NOT GRADED, student id not allowed (its line above says why): {len(refused)} folder"
+            + "s" * (len(refused) > 1),
+            file=sys.stderr,
+        )
     if ungraded:
         print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
-    return 1 if ungraded or misnamed or not results else 0
+    return 1 if ungraded or misnamed or refused or not results else 0
 
 
 def _next_commands(out: pathlib.Path) -> str:

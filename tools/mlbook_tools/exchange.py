@@ -285,18 +285,16 @@ class TrustedCollect(ExchangeCollect):
         os.rename(tmp, dest)
 
 
-def refuse_unsafe_ids(course, assignment: str, out) -> set[str]:
+def unsafe_ids(course, assignment: str) -> dict[str, str]:
     """``mlbook grade-class``: the student folders ``submitted/<id>/<assignment>`` whose id is not a
-    safe one are not graded (nor put in the gradebook or the exports); one line for each, to ``out``."""
-    refused = set()
+    safe one, each with why (printable: the id escaped). They are not graded (nor put in the
+    gradebook or the exports)."""
+    refused = {}
     for folder in sorted(course.glob(f"submitted/*/{assignment}")):
         why = student_id_problem(folder.parent.name)
         if why:
-            refused.add(folder.parent.name)
-            print(
-                _printable(f"NOT GRADED: {why}; rename the folder {folder.parent} to such an id"),
-                file=out,
-            )
+            said = f"{why}; rename the folder {folder.parent} to such an id"
+            refused[folder.parent.name] = _printable(said)
     return refused
 
 

@@ -208,7 +208,7 @@ class CoreExtraSummary(Preprocessor):
 
         mine = nb.metadata.get("mlbook")
         flag = mine.get("flag") if isinstance(mine, dict) else None
-        result = GradingResult()
+        grades = {}
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
@@ -216,7 +216,7 @@ class CoreExtraSummary(Preprocessor):
             gid = meta.get("grade_id", "")
             if flag:  # nothing of the file was read: no written answer awaits a person
                 meta["needs_manual_grade"] = False
-            result.grades[gid] = CellGrade(
+            grades[gid] = CellGrade(
                 gid,
                 float(meta.get("score") or 0.0),
                 cell_points(cell),
@@ -224,6 +224,7 @@ class CoreExtraSummary(Preprocessor):
             )
             meta["points"] = cell_points(cell)  # what the cell may earn, shown next to its score
             meta["mlbook_extra_credit"] = is_extra(gid)  # the page's label (result.py decides)
+        result = GradingResult(grades)
         core, extra = result.core, result.extra
         waiting = [g.grade_id for g in result.grades.values() if g.awaiting_manual]
         info = resources.setdefault("nbgrader", {})

@@ -8,7 +8,8 @@ Three kinds, each one line of reason and one line of what to do:
 * ``unreadable``: the file is not a notebook the grader can read; nothing was run, it scores 0.
 
 A refused or unreadable file's written answers were never read: it is never "awaiting manual grading".
-The source of truth is what grade-class saved (``<course>/.mlbook_grading/<assignment>/<student>.json``)
+The source of truth is what grade-class saved (``<course>/.mlbook_grading/<assignment>/<student>.json``,
+read by ``classentry.saved``)
 and, for a misnamed folder, the folder itself (a renamed file is no longer flagged). The exports'
 ``status`` column, grade-class's summary, formgrader (``formgrader_guard``) and the feedback page
 (``feedback.CoreExtraSummary``) all read it here.
@@ -21,6 +22,7 @@ import json
 import pathlib
 
 from mlbook_tools.cells import is_graded
+from mlbook_tools.classentry import ClassEntry, Outcome, saved
 from mlbook_tools.result import printable
 
 KINDS = ("misnamed", "refused", "unreadable")
@@ -83,25 +85,13 @@ def from_error(error: str) -> Flag:
     )
 
 
-def from_result(assignment: str, student: str, result: dict) -> Flag | None:
-    """The flag of one grade-class result (or its saved state); None for a graded submission."""
-    if not isinstance(result, dict):
-        return None
-    if result.get("not_graded") or result.get("misnamed") is not None:
-        found = result.get("misnamed") or []
-        return misnamed(assignment, student, [str(f) for f in found][:5])
-    if result.get("error"):
-        return from_error(str(result["error"]))
+def from_entry(assignment: str, entry: ClassEntry) -> Flag | None:
+    """The flag of one grade-class entry (or its saved state); None for a graded submission."""
+    if entry.outcome is Outcome.MISNAMED:
+        return misnamed(assignment, entry.student, list(entry.found)[:5])
+    if entry.result is not None and entry.result.error:
+        return from_error(entry.result.error)
     return None
-
-
-def saved(course: pathlib.Path, assignment: str, student: str) -> dict:
-    state = pathlib.Path(course) / ".mlbook_grading" / assignment / f"{student}.json"
-    try:
-        data = json.loads(state.read_text()) if state.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def flag_of(course: pathlib.Path, assignment: str, student: str) -> Flag | None:
@@ -112,9 +102,11 @@ def flag_of(course: pathlib.Path, assignment: str, student: str) -> Flag | None:
         found = sorted(p.name for p in folder.glob("*.ipynb"))[:5]
         return misnamed(assignment, student, found)
     state = saved(course, assignment, student)
-    if state.get("not_graded") or state.get("misnamed") is not None:
-        return None  # renamed since: formgrader's own "needs autograding" is right
-    return from_result(assignment, student, state)
+    if state is None or state.outcome is Outcome.MISNAMED:
+        return (
+            None  # nothing saved, or renamed since: formgrader's own "needs autograding" is right
+        )
+    return from_entry(assignment, state)
 
 
 def flags_of(course: pathlib.Path, assignment: str, students) -> dict[str, dict]:

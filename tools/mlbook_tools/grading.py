@@ -12,6 +12,7 @@ plugins are in ``plugins.py``, what students read in ``feedback.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -298,8 +299,7 @@ def grade_notebook(
         )
     finally:
         starting.close()  # a refused file, or a budget spent before the sandbox was needed
-    result.seconds = round(time.monotonic() - t0, 2)
-    return result
+    return dataclasses.replace(result, seconds=round(time.monotonic() - t0, 2))
 
 
 def record(
@@ -410,17 +410,13 @@ def flag_unreadable(gb, assignment: str, student: str) -> None:
 def submission_status(course: pathlib.Path, assignment: str, student: str, sub) -> str:
     """What the exports' ``status`` column says: graded, needs manual grading, unreadable: why,
     misnamed: <file> (rename it to grade it), or no submission."""
-    import json
+    from mlbook_tools.classentry import Outcome, saved
 
-    state = course / ".mlbook_grading" / assignment / f"{student}.json"
-    try:
-        saved = json.loads(state.read_text()) if state.is_file() else {}
-    except (OSError, ValueError):
-        saved = {}
-    if saved.get("misnamed") and sub is None:
-        return f"misnamed: {', '.join(saved['misnamed'])} (expected {assignment}.ipynb)"
+    state = saved(course, assignment, student)
+    if state is not None and state.outcome is Outcome.MISNAMED and state.found and sub is None:
+        return f"misnamed: {', '.join(state.found)} (expected {assignment}.ipynb)"
     if sub is None:
         return "no submission"
-    if saved.get("error"):
-        return "unreadable: " + printable(str(saved["error"]))[:200]
+    if state is not None and state.result is not None and state.result.error:
+        return "unreadable: " + printable(state.result.error)[:200]
     return "needs manual grading" if sub.needs_manual_grade else "graded"

@@ -5,7 +5,8 @@ A ``GradingResult`` comes from the engine (``grading.grade_submission``: the che
 written answers awaiting a person, the run's notes) or from an nbgrader gradebook
 (``from_submission``: what formgrader and the exports show). ``mlbook grade``, ``grade-class``, the
 feedback page and both CSV exports read it. It crosses process boundaries (class workers) as plain
-JSON only (``to_json``/``from_json``, never pickle); ``from_dict`` validates what it reads.
+JSON only (``to_json``/``from_json``, never pickle); ``from_dict`` validates what it reads. A
+result is frozen once built (``dataclasses.replace`` makes a changed copy).
 
 The JSON form (``to_dict``) is what ``mlbook grade --json`` prints::
 
@@ -45,7 +46,7 @@ class BadResult(ValueError):
     """A result's JSON that is not a well-formed grade (a broken worker, a hand-edited state file)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellGrade:
     grade_id: str
     score: float
@@ -88,7 +89,7 @@ class Part:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class GradingResult:
     grades: dict[str, CellGrade] = field(default_factory=dict)  # graded cells, in notebook order
     manual_points: dict[str, float] = field(default_factory=dict)  # written answers not in grades
@@ -211,7 +212,8 @@ class GradingResult:
             )
         manual = data.get("manual_points", {})
         _expect(isinstance(manual, dict), "manual_points is an object")
-        result = cls(grades, {gid: _number(p, gid) for gid, p in manual.items()})
+        manual_points = {gid: _number(p, gid) for gid, p in manual.items()}
+        run: dict = {}  # the engine's run, when the result has one
         if "problems" in data:
             problems, errors = data.get("problems"), data.get("cell_errors", {})
             _expect(
@@ -223,18 +225,22 @@ class GradingResult:
                 "cell_errors maps cells to text",
             )
             _expect(isinstance(data.get("output", ""), str), "output is text")
-            result.problems, result.cell_errors = list(problems), dict(errors)
-            result.output = data.get("output", "")
-            result.seconds = _number(data.get("seconds", 0.0), "seconds")
             blank = data.get("blank", [])
             _expect(
-                isinstance(blank, list) and all(g in result.manual_points for g in blank),
+                isinstance(blank, list) and all(g in manual_points for g in blank),
                 "blank lists written answers",
             )
-            result.blank = list(blank)
+            run = dict(
+                problems=list(problems),
+                cell_errors=dict(errors),
+                output=data.get("output", ""),
+                seconds=_number(data.get("seconds", 0.0), "seconds"),
+                blank=list(blank),
+            )
         if data.get("error") is not None:
             _expect(isinstance(data["error"], str), "error is text")
-            result.error = data["error"]
+            run["error"] = data["error"]
+        result = cls(grades, manual_points, **run)
         for name, part in (("core", result.core), ("extra credit", result.extra)):
             given = data if name == "core" else data.get("extra_credit", {})
             for key in ("score", "max_score"):

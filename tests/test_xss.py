@@ -196,12 +196,16 @@ def course(tmp_path_factory, canary):
         capture_output=True,
         text=True,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
     # an id outside the safe set (mlbook_tools/exchange.py) is refused by grade-class and by nbgrader
     # autograde (formgrader's Autograde button) alike: no autograded page exists for it. Such ids can
     # still stand in the gradebook (`nbgrader db student add`, an LMS import): formgrader's tables and
     # student pages show them, and those pages are tried.
     hostile = [s for s in students if s != "mallory"]
+    assert run.returncode == 1, run.stderr[-3000:]  # refused folders: not a success
+    assert (
+        f"NOT GRADED, student id not allowed (its line above says why): {len(hostile)} folder"
+        in (run.stdout)
+    ), run.stdout[-3000:]
     for student in hostile:
         assert f"NOT GRADED: student id {student!r} is not allowed" in run.stdout, run.stdout
         auto = subprocess.run(

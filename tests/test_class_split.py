@@ -16,6 +16,7 @@ import pytest
 from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.grading import read_scores
+from ppo_checks import CORE_MAX
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.full]
 
@@ -94,4 +95,4 @@ def test_a_copied_back_grading_for_other_source_is_graded_again(tmp_path):
     shutil.copytree(other / ".mlbook_grading", main / ".mlbook_grading")
     merged = _grade(main)
     assert merged["alice"].outcome is Outcome.GRADED
-    assert merged["alice"].result.core.score == gc.CORE_MAX
+    assert merged["alice"].result.core.score == CORE_MAX

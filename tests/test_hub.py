@@ -63,6 +63,7 @@ if _why:
         raise RuntimeError(f"CI: the hub test {_why}")
     pytest.skip(_why, allow_module_level=True)
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -342,7 +343,10 @@ def open_terminal(driver, hub, user: str) -> None:
         shutil.chown(p, user, user)
     login(driver, hub, user, f"/user/{user}/lab")
     lab_menu(driver, "File", "New", "Terminal")
-    WebDriverWait(driver, 120, poll_frequency=0.5).until(
+    # the focused element can be replaced while it is read (the lab re-renders): read it again
+    WebDriverWait(
+        driver, 120, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(
         lambda d: (
             d.switch_to.active_element.get_attribute("class") == "xterm-helper-textarea"
             and "$" in terminal_text(d)

@@ -342,7 +342,7 @@ EXTRA_AUTO = sum(c.points for c in CHECKS.values() if c.extra)  # the autograded
 
 def written_answers() -> dict[str, float]:
     """The answers a person grades (grade id -> extra-credit points), by metadata: graded solution cells."""
-    from mlbook_tools.notebook_order import cell_points
+    from mlbook_tools.cells import points as cell_points
 
     source = nbformat.read(ROOT / "autograde" / "source" / NB / f"{NB}.ipynb", as_version=4)
     return {

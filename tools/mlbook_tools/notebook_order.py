@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlbook_tools.cells import grade_id, is_solution  # noqa: F401 - grade_id: imported from here too
-from mlbook_tools.cells import points as cell_points  # noqa: F401 - read by the plan and the pages alike
 
 TOP = ""  # the anchor of cells above every course cell
 

@@ -129,3 +129,36 @@ def test_students_own_helper_cells_are_part_of_their_answer():
         )
     finally:
         s.close()
+
+
+def test_a_method_read_again_is_read_at_its_call(session, monkeypatch):
+    """From its second read on, a bound method costs one request (its call), and what is called is
+    what the object holds at the call, as ``obj.add(k)`` in Python: a method replaced on the instance
+    is the one called; a method sent back as an argument is the bound method itself."""
+    source = (
+        "class _Acc:\n"
+        "    def __init__(self):\n"
+        "        self.n = 0\n"
+        "    def add(self, k):\n"
+        "        self.n += k\n"
+        "        return float(self.n)\n"
+        "    def swap(self):\n"
+        "        self.add = lambda k: -1.0\n"
+        "_acc = _Acc()\n"
+        "def _apply(f, k):\n"
+        "    return f(k)\n"
+    )
+    reply, _ = session.request({"op": "exec", "cell": "method-reads", "source": source}, 10)
+    assert reply["ok"], reply
+    acc, sent = driver.Remote(session, "_acc", name="acc"), []
+    real = session.request
+    monkeypatch.setattr(
+        session, "request", lambda h, *a, **k: (sent.append(h["op"]), real(h, *a, **k))[1]
+    )
+    assert acc.add(1) == 1.0 and sent == ["getattr", "call"]
+    sent.clear()
+    assert acc.add(2) == 3.0 and sent == ["call"]
+    acc.swap()
+    assert acc.add(5) == -1.0  # the instance's own attribute, read at the call
+    assert driver.Remote(session, "_apply", name="_apply")(acc.add, 1) == -1.0
+    assert acc.n == 3

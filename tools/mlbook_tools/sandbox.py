@@ -170,6 +170,48 @@ def _own_cgroup(controller: str) -> pathlib.Path | None:
     return None
 
 
+class Counters:
+    """Files of kernel counters (/proc, cgroup) read again and again: each opened once, then read with
+    ``pread`` from offset 0 (the kernel writes the file anew on each read), about 20x cheaper than
+    opening it by its path each time. A file that can no longer be read (its process or thread is gone)
+    is opened again once by its path."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: str) -> bytes | None:
+        for _ in range(2):
+            with self.lock:
+                fd = self.fds.get(path)
+                if fd is None:
+                    try:
+                        fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError:
+                        return None
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:
+                with self.lock:
+                    if self.fds.get(path) == fd:
+                        del self.fds[path]
+                        _close_fd(fd)
+        return None
+
+    def number(self, path: str, field: int, scale: float) -> float | None:
+        """Field ``field`` (whitespace-separated) of the file, times ``scale``; None if unreadable."""
+        try:
+            return int(self.read(path).split()[field]) * scale
+        except (AttributeError, ValueError, IndexError):
+            return None
+
+    def close(self):
+        with self.lock:
+            for fd in self.fds.values():
+                _close_fd(fd)
+            self.fds.clear()
+
+
 class Cgroup:
     """One cgroup v1 group per controller for one sandbox; ``kill`` empties and removes them."""
 
@@ -203,10 +245,13 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
+    def usage_file(self) -> str:
+        """The file holding the CPU time used by every process of the sandbox so far (nanoseconds)."""
+        return str(self.dirs["cpuacct"] / "cpuacct.usage")
+
     def cpu_seconds(self) -> float | None:
-        """CPU time used by every process of the sandbox so far (cpuacct.usage, nanoseconds)."""
         try:
-            return int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+            return int(pathlib.Path(self.usage_file()).read_text()) / 1e9
         except (OSError, KeyError, ValueError):
             return None
 
@@ -541,6 +586,7 @@ class Runner:
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
         self.proc, self._pid, self.workdir = None, None, None
         self.charged = 0.0  # seconds charged to this sandbox's requests so far (see ``request``)
+        self._counters = Counters()  # the files ``_sample`` reads twice a request
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         fds = [req_r, rep_w]
@@ -673,26 +719,20 @@ class Runner:
         """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox,
         seconds the calling (driver) thread waited for a CPU); None: unknown."""
         now, delay, cpu, mine = time.monotonic(), None, None, None
-        try:
-            mine = int(pathlib.Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            pass
+        mine = self._counters.number(
+            f"/proc/self/task/{threading.get_native_id()}/schedstat", 1, 1e-9
+        )
         pid = self._runner_pid()
         if pid is not None:
-            try:
-                delay = (
-                    int(pathlib.Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1])
-                    / 1e9
-                )
-            except (OSError, ValueError, IndexError):
-                pass
+            delay = self._counters.number(f"/proc/{pid}/task/{pid}/schedstat", 1, 1e-9)
         if self.cgroup is not None:
-            cpu = self.cgroup.cpu_seconds()
+            cpu = self._counters.number(self.cgroup.usage_file(), 0, 1e-9)
         elif pid is not None and self.trusted:
             try:
-                fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                raw = self._counters.read(f"/proc/{pid}/stat")
+                fields = raw.rsplit(b")", 1)[1].split()
                 cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except (OSError, ValueError, IndexError):
+            except (AttributeError, ValueError, IndexError):
                 pass
         return now, delay, cpu, mine
 
@@ -818,6 +858,7 @@ class Runner:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        self._counters.close()
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.workdir:

@@ -149,6 +149,10 @@ def main(req_fd, rep_fd):
 
     codec = protocol.Codec(keep=keep, make_handle=lambda h, _type: handles[h], rebuild=True)
     _shell(namespace)  # before the first request: the start-up overlaps the driver's own imports
+    try:  # what nearly every notebook imports (its font list is built here): before the first request too
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:
+        pass
 
     def error_text(err):
         frames = traceback.extract_tb(err.__traceback__)

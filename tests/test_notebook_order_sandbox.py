@@ -27,7 +27,7 @@ def _grade(source, student) -> dict:
     )
     plan = driver.make_plan(source, nbformat.writes(student))
     out = driver.grade_plan(plan, checks, b"secret", "student", limits=driver.DEFAULT_LIMITS)
-    return {v.grade_id: (v.score, v.message) for v in out["verdicts"]}
+    return {v.grade_id: (v.score, v.message) for v in out.verdicts}
 
 
 def test_a_split_answer_keeps_its_points_in_the_sandbox():

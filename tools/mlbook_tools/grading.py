@@ -232,16 +232,14 @@ def grade_submission(
     )
     written = [gid for gid, _ in plan.manual]
     blank = blank_written_answers(plan.notebook) & set(written)  # 0, nothing to grade by hand
-    grades = {
-        v.grade_id: CellGrade(v.grade_id, v.score, v.points, v.message) for v in run["verdicts"]
-    }
+    grades = {v.grade_id: CellGrade(v.grade_id, v.score, v.points, v.message) for v in run.verdicts}
     result = GradingResult(
         grades,
         dict(plan.manual),
-        problems=run["problems"],
-        output=run["output"],
-        seconds=round(run["seconds"], 2),
-        cell_errors=run["cell_errors"],
+        problems=list(run.problems),
+        output=run.output,
+        seconds=round(run.seconds, 2),
+        cell_errors=run.cell_errors,
         blank=sorted(blank),
     )
     return result, plan

@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -78,14 +78,27 @@ def _warm_up() -> None:
     from mlbook_solutions import ppo_lm  # noqa: F401
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
+    """One graded check's outcome."""
+
     grade_id: str
-    points: float
-    score: float
-    message: str
-    extra: bool
-    seconds: float = 0.0
+    points: float  # what it is worth
+    score: float  # what it earned: 0 or ``points``
+    message: str  # what the student reads: "passed", or what failed
+    extra: bool  # extra credit (not in the core total)
+    seconds: float = 0.0  # wall clock the check took
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What ``grade_plan`` found: a verdict per graded check, in notebook order, and what the notebook did."""
+
+    verdicts: tuple[Verdict, ...]
+    problems: tuple[str, ...]  # sentences for the student: cells skipped, code that could not load
+    output: str  # what the student's code printed (capped)
+    seconds: float  # wall clock of the whole run
+    cell_errors: dict[str, str]  # grade id of a cell that raised -> its error
 
 
 def grade_plan(
@@ -97,8 +110,8 @@ def grade_plan(
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
     starting=None,
-) -> dict:
-    """Run every graded check of ``plan``; returns verdicts, problems and the (capped) printed output.
+) -> EngineRun:
+    """Run every graded check of ``plan``: its verdicts, problems and the (capped) printed output.
 
     ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
 
@@ -123,12 +136,10 @@ def grade_plan(
         for test in plan.tests:
             t0 = time.monotonic()
             try:
-                verdicts.append(_run_test(test, plan, session, checks, secret, student, deadline))
+                found = _run_test(test, plan, session, checks, secret, student, deadline)
             except RunnerDied as err:  # whatever the sandbox does, it is this test's failure
-                verdicts.append(
-                    Verdict(test.grade_id, test.points, 0.0, err.student_message(), test.extra)
-                )
-            verdicts[-1].seconds = time.monotonic() - t0
+                found = Verdict(test.grade_id, test.points, 0.0, err.student_message(), test.extra)
+            verdicts.append(replace(found, seconds=time.monotonic() - t0))
     finally:
         output = session.output() if session else ""
         if session is not None:
@@ -137,13 +148,13 @@ def grade_plan(
                 plan.problems.append(f"{why}{left_out}")
             session.close()
         warm.join()
-    return {
-        "verdicts": verdicts,
-        "problems": plan.problems,
-        "output": output,
-        "seconds": time.monotonic() - t_start,
-        "cell_errors": dict(session.cell_errors) if session else {},
-    }
+    return EngineRun(
+        verdicts=tuple(verdicts),
+        problems=tuple(plan.problems),
+        output=output,
+        seconds=time.monotonic() - t_start,
+        cell_errors=dict(session.cell_errors) if session else {},
+    )
 
 
 class Missing:

@@ -126,9 +126,9 @@ def _cpu_group() -> pathlib.Path | None:
     """A cpuacct cgroup of its own for the measured command: the sandbox's groups are made under the
     grader's own, so its ``cpuacct.usage`` counts the command and every sandboxed process (which are
     killed, not waited for, and so never reach RUSAGE_CHILDREN). None where no group can be made."""
-    from mlbook_tools import sandbox
+    from mlbook_tools import cgroups
 
-    parent = sandbox._own_cgroup("cpuacct")
+    parent = cgroups.own_cgroup("cpuacct")
     if parent is None:
         return None
     group = parent / f"mlbook-bench-{os.getpid()}"

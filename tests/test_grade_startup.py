@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from mlbook_tools import sandbox
+from mlbook_tools import cgroups, confine
 from mlbook_tools.grading import grade_notebook
 from mlbook_tools.limits import DEFAULT
 
@@ -48,7 +48,7 @@ print("HEAVY", heavy)
 def test_import_roots_read_from_record_match_dist_files():
     for dist in md.distributions():
         expected = {str(f).split("/", 1)[0] for f in dist.files or []}
-        assert sandbox._top_names(dist) == expected, dist.metadata["Name"]
+        assert confine._top_names(dist) == expected, dist.metadata["Name"]
 
 
 def test_no_schema_nbformat_validates_names_a_format():
@@ -80,7 +80,7 @@ def _children() -> set[int]:
             out |= {int(p) for p in (task / "children").read_text().split()}
         except OSError:
             pass
-    return {p for p in out if sandbox.running(p)}
+    return {p for p in out if cgroups.running(p)}
 
 
 @pytest.mark.sandbox
@@ -94,7 +94,7 @@ def test_a_refused_file_closes_the_sandbox_started_for_it(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "mlbook-sandbox-start"]
     assert _children() <= before
     for controller in ("memory", "pids", "cpuacct"):
-        parent = sandbox._own_cgroup(controller)
+        parent = cgroups.own_cgroup(controller)
         if parent is not None and parent.is_dir():
             assert not list(parent.glob(f"mlbook-sandbox-{os.getpid()}-*")), controller
 

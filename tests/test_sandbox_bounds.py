@@ -14,7 +14,7 @@ import json
 import time
 
 import pytest
-from mlbook_tools import driver, sandbox
+from mlbook_tools import cgroups, driver, sandbox
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 
@@ -164,7 +164,7 @@ def test_processes_run_in_the_working_folder_within_the_cgroup_and_die_with_it()
         assert len(pids) > kids
         r.kill()
         assert not r.cgroup.pids()
-        assert not [p for p in pids if sandbox.running(p)]
+        assert not [p for p in pids if cgroups.running(p)]
     finally:
         r.close()
 

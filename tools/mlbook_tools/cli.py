@@ -184,11 +184,11 @@ def _main(argv: list[str] | None = None) -> int:
 
         return build(check=args.check, execute=not args.no_execute)
 
-    from mlbook_tools import sandbox  # light: torch and nbformat come with the engine, later
-    from mlbook_tools.errors import CannotGrade
+    from mlbook_tools import confine  # light: torch and nbformat come with the engine, later
+    from mlbook_tools.errors import CannotGrade, SandboxUnavailable
     from mlbook_tools.grading import course_limits
 
-    trusted = sandbox.trusted_mode(args.no_sandbox)
+    trusted = confine.trusted_mode(args.no_sandbox)
     if trusted:
         print(
             "warning: grading WITHOUT the sandbox (--no-sandbox / MLBOOK_TRUSTED=1): trusted files only",
@@ -208,7 +208,7 @@ def _main(argv: list[str] | None = None) -> int:
                 trusted,
                 limits=limits,
             )
-        except sandbox.SandboxUnavailable as err:
+        except SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return _class_summary(results)
@@ -225,7 +225,7 @@ def _main(argv: list[str] | None = None) -> int:
     )
     try:
         result = grade_notebook(args.path, args.assignment, trusted=trusted, limits=limits)
-    except sandbox.SandboxUnavailable as err:
+    except SandboxUnavailable as err:
         print(
             f"error: {err}\nGrading stopped: use --no-sandbox only for a notebook you trust.",
             file=sys.stderr,

@@ -66,7 +66,7 @@ class SandboxedExecute(Preprocessor):
     def preprocess(self, nb, resources):
         import nbformat
 
-        from mlbook_tools import sandbox
+        from mlbook_tools import confine, sandbox
         from mlbook_tools.errors import TooLarge
 
         t0 = (
@@ -91,7 +91,7 @@ class SandboxedExecute(Preprocessor):
         refused = (
             mine.get(REFUSED) if isinstance(mine, dict) else None
         )  # BoundedNotebookExporter's mark
-        trusted = sandbox.trusted_mode()
+        trusted = confine.trusted_mode()
         why = None if trusted or refused else sandbox.check_available()
         if why:
             raise sandbox.SandboxUnavailable(

@@ -1,0 +1,212 @@
+"""The sandbox's cgroups (v1): one group per controller for each sandbox, made under this process's
+own groups, which bounds every process in it (memory including tmpfs, /dev/shm and memfd pages, a
+process/thread count, one CPU's worth of time) and meters its CPU time (``cpuacct``); and the kernel
+counters the driver reads twice a request (``Counters``)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import pathlib
+import signal
+import threading
+import time
+
+from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
+from mlbook_tools.limits import GradingLimits
+
+CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # cpuacct: the sandbox's own CPU time
+_counter = itertools.count()
+
+
+def own_cgroup(controller: str) -> pathlib.Path | None:
+    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return CGROUP_ROOT / controller / path.lstrip("/")
+    return None
+
+
+class Counters:
+    """Files of kernel counters (/proc, cgroup) read again and again: each opened once, then read with
+    ``pread`` from offset 0 (the kernel writes the file anew on each read), about 20x cheaper than
+    opening it by its path each time. A file that can no longer be read (its process or thread is gone)
+    is opened again once by its path."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: str) -> bytes | None:
+        for _ in range(2):
+            with self.lock:
+                fd = self.fds.get(path)
+                if fd is None:
+                    try:
+                        fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError:
+                        return None
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:
+                with self.lock:
+                    if self.fds.get(path) == fd:
+                        del self.fds[path]
+                        close_fd(fd)
+        return None
+
+    def number(self, path: str, field: int, scale: float) -> float | None:
+        """Field ``field`` (whitespace-separated) of the file, times ``scale``; None if unreadable."""
+        try:
+            return int(self.read(path).split()[field]) * scale
+        except (AttributeError, ValueError, IndexError):
+            return None
+
+    def close(self):
+        with self.lock:
+            for fd in self.fds.values():
+                close_fd(fd)
+            self.fds.clear()
+
+
+class Cgroup:
+    """One cgroup v1 group per controller for one sandbox; ``kill`` empties and removes them."""
+
+    def __init__(self, limits: GradingLimits):
+        self.dirs: dict[str, pathlib.Path] = {}
+        name = f"mlbook-sandbox-{os.getpid()}-{next(_counter)}"
+        try:
+            for c in CONTROLLERS:
+                parent = own_cgroup(c)
+                if parent is None or not parent.is_dir():
+                    raise OSError(f"no {c} cgroup")
+                if parent / name in self.dirs.values():  # co-mounted controllers (cpu,cpuacct)
+                    self.dirs[c] = parent / name
+                    continue
+                (parent / name).mkdir()
+                self.dirs[c] = parent / name
+            mem = str(int(limits.memory_bytes))
+            self._write("memory", "memory.limit_in_bytes", mem)
+            if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+                self._write("memory", "memory.memsw.limit_in_bytes", mem)
+            self._write("pids", "pids.max", str(int(limits.processes)))
+            self._write("cpu", "cpu.cfs_period_us", "100000")
+            self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits.cpus)))
+        except OSError:
+            self.remove()
+            raise
+
+    def _write(self, c, name, value):
+        (self.dirs[c] / name).write_text(value)
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+    def usage_file(self) -> str:
+        """The file holding the CPU time used by every process of the sandbox so far (nanoseconds)."""
+        return str(self.dirs["cpuacct"] / "cpuacct.usage")
+
+    def cpu_seconds(self) -> float | None:
+        try:
+            return int(pathlib.Path(self.usage_file()).read_text()) / 1e9
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def pids(self) -> set[int]:
+        found = set()
+        for d in dict.fromkeys(self.dirs.values()):
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return found
+
+    def oom_killed(self) -> bool:
+        try:
+            stat = (self.dirs["memory"] / "memory.oom_control").read_text()
+            return any(
+                line.split()[-1] != "0"
+                for line in stat.splitlines()
+                if line.startswith("oom_kill ")
+            )
+        except (OSError, KeyError, IndexError):
+            return False
+
+    def kill(self):
+        """SIGKILL every process in the group until it is empty. ``pids.max`` drops to 0 first: no process
+        in the group can make another meanwhile, so a fork bomb cannot outrun the loop. Returns once
+        every process it killed has finished exiting (gone, or a zombie), or after 2 s: a dying process
+        leaves the group's listing before the kernel has let go of its memory."""
+        if "pids" in self.dirs:
+            try:
+                self._write("pids", "pids.max", "0")
+            except OSError:
+                pass
+        killed = set()
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed |= pids
+            time.sleep(0.005)
+        for _ in range(200):
+            if not any(map(running, killed)):
+                break
+            time.sleep(0.01)
+
+    def remove(self):
+        self.kill()
+        for d in dict.fromkeys(self.dirs.values()):
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # still emptying
+                    time.sleep(0.01)
+        self.dirs = {}
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not finished exiting (a zombie has: it only waits to be reaped)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
+
+
+@functools.cache
+def cgroups_available() -> str | None:
+    """None if a per-sandbox cgroup can be made here, else why not (then memfd is denied instead)."""
+    if os.environ.get("MLBOOK_NO_CGROUP") == "1":
+        return "MLBOOK_NO_CGROUP=1"
+    try:
+        Cgroup(DEFAULT_LIMITS).remove()
+    except OSError as err:
+        return f"cannot create a cgroup v1 group: {err}"
+    for c in CONTROLLERS:  # groups left by a grader that was killed (their processes died with it)
+        parent = own_cgroup(c)
+        for stale in parent.glob("mlbook-sandbox-*") if parent else []:
+            pid = stale.name.split("-")[2]
+            if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
+                try:
+                    stale.rmdir()
+                except OSError:
+                    pass
+    return None
+
+
+def close_fd(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass

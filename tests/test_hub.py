@@ -466,6 +466,13 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
         pathlib.Path(os.environ["MLBOOK_HUB_DEBUG"], "grade_class.txt").write_text(shown)
     assert "command not found" not in shown, shown
     assert "2 submissions graded now" in shown.replace("\n", ""), shown
+    # the instructor's server is in the cgroups the hub gave it (cgroups.delegate): the sandboxes go under
+    # them, so student code may start processes, bounded; grade-class says nothing of "no cgroup"
+    assert "no cgroup" not in shown.replace("\n", ""), shown
+    server = H.run(["pgrep", "-u", TEACH, "-f", "jupyterhub.singleuser"]).stdout.split()
+    assert (
+        server and f"mlbook-grader-{TEACH}" in pathlib.Path(f"/proc/{server[0]}/cgroup").read_text()
+    )
     # formgrader as an instructor opens it: JupyterLab's Nbgrader menu, in a tab of the lab
     lab_menu(browser, "Nbgrader", "Formgrader")
     frame = WebDriverWait(browser, 120, poll_frequency=0.5).until(

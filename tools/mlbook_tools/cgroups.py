@@ -205,6 +205,42 @@ def cgroups_available() -> str | None:
     return None
 
 
+# A user's first process enters the groups named before "--", then becomes the rest ("$1": the folder to
+# start in). A group it cannot enter is skipped: without cgroups, grading refuses new processes instead.
+ENTER_THEN_RUN = (
+    'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" 2>/dev/null; shift; done; '
+    'shift; cd "$1" && shift && exec "$@"'
+)
+
+
+def delegate(user: str) -> list[str]:
+    """Give ``user`` a group per controller under this (root) process's own, owned by them, as
+    systemd's ``Delegate=yes`` does for a service: returns their ``cgroup.procs`` files, which the
+    user's first process enters (``ENTER_THEN_RUN``). Everything it starts is then in them, and
+    ``Cgroup`` makes each sandbox's groups under them without root (a new group's files belong to
+    whoever made it). ``mlbook hub`` does this for the instructor's server, so that ``grade-class`` and
+    formgrader's Autograde run student code that starts processes as a kernel does. ``[]`` where
+    cgroup v1 cannot be written here."""
+    import pwd
+
+    dirs: list[pathlib.Path] = []
+    try:
+        pw = pwd.getpwnam(user)
+        for c in CONTROLLERS:
+            parent = own_cgroup(c)
+            if parent is None or not parent.is_dir():
+                return []
+            mine = parent / f"mlbook-grader-{user}"
+            if mine not in dirs:  # co-mounted controllers (cpu,cpuacct) share one folder
+                mine.mkdir(exist_ok=True)
+                for path in (mine, mine / "cgroup.procs"):
+                    os.chown(path, pw.pw_uid, pw.pw_gid)
+                dirs.append(mine)
+    except (OSError, KeyError):
+        return []
+    return [str(d / "cgroup.procs") for d in dirs]
+
+
 def close_fd(fd):
     try:
         os.close(fd)

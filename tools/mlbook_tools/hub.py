@@ -316,6 +316,8 @@ def write_configs(
 
 
 HUB_CONFIG = '''"""JupyterHub for the course (written by `mlbook hub`; rerun it rather than edit this file)."""
+from mlbook_tools.cgroups import ENTER_THEN_RUN, delegate
+
 c = get_config()  # noqa: F821
 
 HUB = {hub!r}
@@ -347,7 +349,11 @@ def per_role(spawner):
     python = f"{{HUB}}/envs/{{role}}/bin/python"
     # started in the course folder: nbgrader (formgrader's buttons) reads nbgrader_config.py from the cwd
     where = COURSE if role == "instructor" else "."
-    spawner.cmd = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', where, python, "-m", "jupyterhub.singleuser"]
+    # the instructor's server starts in cgroups of its own (made here, as root): the sandboxes that
+    # grade-class and Autograde make go under them, so student code may start processes, bounded
+    groups = delegate(spawner.user.name) if role == "instructor" else []
+    server = [where, python, "-m", "jupyterhub.singleuser"]
+    spawner.cmd = ["/bin/sh", "-c", ENTER_THEN_RUN, "sh", *groups, "--", *server]
     spawner.environment.update(ENV[role])
     if role == "instructor":
         spawner.notebook_dir = COURSE

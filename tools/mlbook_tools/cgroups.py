@@ -1,7 +1,7 @@
 """The sandbox's cgroups (v1): one group per controller for each sandbox, made under this process's
 own groups, which bounds every process in it (memory including tmpfs, /dev/shm and memfd pages, a
-process/thread count, one CPU's worth of time) and meters its CPU time (``cpuacct``); and the kernel
-counters the driver reads twice a request (``Counters``)."""
+process/thread count, one CPU's worth of time) and meters its CPU time (``cpuacct``); and ``delegate``,
+which hands a non-root user groups of their own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import itertools
 import os
 import pathlib
 import signal
-import threading
 import time
 
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
@@ -27,48 +26,6 @@ def own_cgroup(controller: str) -> pathlib.Path | None:
         if controller in names.split(","):
             return CGROUP_ROOT / controller / path.lstrip("/")
     return None
-
-
-class Counters:
-    """Files of kernel counters (/proc, cgroup) read again and again: each opened once, then read with
-    ``pread`` from offset 0 (the kernel writes the file anew on each read), about 20x cheaper than
-    opening it by its path each time. A file that can no longer be read (its process or thread is gone)
-    is opened again once by its path."""
-
-    def __init__(self):
-        self.fds: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-    def read(self, path: str) -> bytes | None:
-        for _ in range(2):
-            with self.lock:
-                fd = self.fds.get(path)
-                if fd is None:
-                    try:
-                        fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                    except OSError:
-                        return None
-            try:
-                return os.pread(fd, 4096, 0)
-            except OSError:
-                with self.lock:
-                    if self.fds.get(path) == fd:
-                        del self.fds[path]
-                        close_fd(fd)
-        return None
-
-    def number(self, path: str, field: int, scale: float) -> float | None:
-        """Field ``field`` (whitespace-separated) of the file, times ``scale``; None if unreadable."""
-        try:
-            return int(self.read(path).split()[field]) * scale
-        except (AttributeError, ValueError, IndexError):
-            return None
-
-    def close(self):
-        with self.lock:
-            for fd in self.fds.values():
-                close_fd(fd)
-            self.fds.clear()
 
 
 class Cgroup:

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import signal
 import subprocess
 import threading
 import time
 
-from mlbook_tools.cgroups import Cgroup, Counters, cgroups_available, close_fd
+from mlbook_tools.cgroups import Cgroup, cgroups_available, close_fd
 from mlbook_tools.confine import (
     MAX_REPLY,
     RUNNER,
@@ -66,6 +65,7 @@ from mlbook_tools.errors import (  # noqa: F401 - the sandbox's failures, named 
 from mlbook_tools.inside import protocol
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
+from mlbook_tools.meter import Meter, Sample, find_python
 
 # Puts itself into the sandbox's cgroups, then becomes bubblewrap: nothing runs outside them.
 _ENTER = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; done; shift; exec "$@"'
@@ -115,7 +115,7 @@ class Runner:
         self.trusted, self.dead, self.cgroup, self.oom = trusted, True, None, False
         self.proc, self._pid, self.workdir = None, None, None
         self.charged = 0.0  # seconds charged to this sandbox's requests so far (see ``request``)
-        self._counters = Counters()  # the files ``_sample`` reads twice a request
+        self._meter = Meter()  # what each request is charged (meter.py)
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         fds = [req_r, rep_w]
@@ -223,59 +223,14 @@ class Runner:
     # ------------------------------------------------------------------ metering
     def _runner_pid(self) -> int | None:
         """The host pid of the sandboxed Python: the process itself when trusted, else bubblewrap's descendant."""
-        if self._pid is not None or self.proc is None:
-            return self._pid
-        if self.trusted:
-            self._pid = self.proc.pid
-            return self._pid
-        todo, python = [self.proc.pid], python_binary().encode()
-        while todo and len(todo) < 16:
-            pid = todo.pop()
-            try:
-                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                if argv[0] == python:
-                    self._pid = pid
-                    return pid
-                todo += [
-                    int(c)
-                    for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                ]
-            except (OSError, ValueError, IndexError):
-                continue
-        return None
+        if self._pid is None and self.proc is not None:
+            self._pid = (
+                self.proc.pid if self.trusted else find_python(self.proc.pid, python_binary())
+            )
+        return self._pid
 
-    def _sample(self) -> tuple[float, float | None, float | None, float | None]:
-        """(now, seconds the runner's main thread waited for a CPU, CPU seconds of the whole sandbox,
-        seconds the calling (driver) thread waited for a CPU); None: unknown."""
-        now, delay, cpu, mine = time.monotonic(), None, None, None
-        mine = self._counters.number(
-            f"/proc/self/task/{threading.get_native_id()}/schedstat", 1, 1e-9
-        )
-        pid = self._runner_pid()
-        if pid is not None:
-            delay = self._counters.number(f"/proc/{pid}/task/{pid}/schedstat", 1, 1e-9)
-        if self.cgroup is not None:
-            cpu = self._counters.number(self.cgroup.usage_file(), 0, 1e-9)
-        elif pid is not None and self.trusted:
-            try:
-                raw = self._counters.read(f"/proc/{pid}/stat")
-                fields = raw.rsplit(b")", 1)[1].split()
-                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except (AttributeError, ValueError, IndexError):
-                pass
-        return now, delay, cpu, mine
-
-    @staticmethod
-    def _charged(s0, s1) -> float:
-        """What a request window costs the submission: its CPU time, or the wall time it spent running or
-        sleeping, whichever is larger. Time spent waiting for a CPU that other processes held is not
-        charged: the runner's wait, and the driver's own (on a busy machine the driver reads a reply
-        late; a call of a millisecond would otherwise be charged the driver's wait for a CPU)."""
-        wall = s1[0] - s0[0]
-        delay = s1[1] - (s0[1] or 0.0) if s1[1] is not None else 0.0
-        cpu = s1[2] - s0[2] if s1[2] is not None and s0[2] is not None else 0.0
-        mine = s1[3] - s0[3] if len(s1) > 3 and s1[3] is not None and s0[3] is not None else 0.0
-        return max(wall - max(delay, 0.0) - max(mine, 0.0), cpu, 0.0)
+    def _sample(self) -> Sample:
+        return self._meter.sample(self._runner_pid(), self.cgroup, self.trusted)
 
     # ------------------------------------------------------------------ framing
     def request(
@@ -316,7 +271,7 @@ class Runner:
                         raise TimeoutError("timeout")  # it ignored the interrupt
                 elif time.monotonic() >= wall_deadline:
                     raise TimeoutError("timeout")  # the backstop: no grace
-                elif self._charged(s0, self._sample()) >= timeout:
+                elif Meter.charged(s0, self._sample()) >= timeout:
                     if not (interrupt and self._interrupt()):
                         raise TimeoutError("timeout")
                     cut.append(time.monotonic())
@@ -325,7 +280,7 @@ class Runner:
             deadline = wall_deadline + (self.limits.interrupt_seconds if interrupt else 0.0)
             reply, rblobs = protocol.read_frame(self.rep_r, deadline, MAX_REPLY, tick=tick)
             protocol.check_reply(reply, header.get("op"), len(rblobs))
-            self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
+            self.charged += timeout if cut else min(Meter.charged(s0, self._sample()), timeout)
             if cut and not self._strays():
                 raise Interrupted()
             if cut:  # what it started lives on past the interrupt, on the budget: a restart instead
@@ -346,7 +301,7 @@ class Runner:
             self.close()
             raise
         if s0 is not None:  # cut at its limit: it costs that limit, however late the tick saw it
-            self.charged += timeout if cut else min(self._charged(s0, self._sample()), timeout)
+            self.charged += timeout if cut else min(Meter.charged(s0, self._sample()), timeout)
         self.close()
         if isinstance(failure, Crashed) and self.oom:
             failure = MemoryLimit()
@@ -387,7 +342,7 @@ class Runner:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        self._counters.close()
+        self._meter.close()
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.workdir:

@@ -92,7 +92,7 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> WorkerReply:
                 trusted=init["trusted"],
                 wall_deadline=wall,
                 limits=limits,
-                assignment=init["assignment"],
+                assignment=init.get("assignment"),  # None: the default assignment
             )
         notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded

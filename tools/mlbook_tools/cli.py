@@ -1,7 +1,7 @@
 """``mlbook``: build the notebooks from their sources, grade one notebook, or grade a class.
 
 mlbook start [DIR]                           copy the released notebooks to your own folder (default
-                                             ~/rlhf-ppo-work); no other command ever writes there
+                                             ~/<course id>-work); no other command ever writes there
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
                                              (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
@@ -67,7 +67,9 @@ def _main(argv: list[str] | None = None) -> int:
         help="keep the stored outputs of unchanged checked cells",
     )
     st = sub.add_parser("start", help="copy the released notebooks into your own work folder")
-    st.add_argument("dir", nargs="?", default=None, help="your folder (default: ~/rlhf-ppo-work)")
+    st.add_argument(
+        "dir", nargs="?", default=None, help="your folder (default: ~/<course id>-work)"
+    )
     h = sub.add_parser("handin", help="check your saved notebook and write the file to upload")
     h.add_argument("path", nargs="?", default=None, help="default: the assignment's <name>.ipynb")
     nc = sub.add_parser("new-course", help="create an nbgrader course folder outside the checkout")

@@ -1,4 +1,4 @@
-"""Judging: every graded check declared in the registry (``CHECKS`` of tests/ppo_checks.py) called
+"""Judging: every graded check declared in the registry (``CHECKS`` of the assignment's checks) called
 here, in this process, with the student's functions replaced by remote proxies (``remote.py``). Each
 check's inputs are seeded from HMAC(course secret, student, test), so no submission can know them in
 advance and a regrade reproduces the same verdicts. A name a check takes that no answer cell defines

@@ -3,9 +3,10 @@
 tests/assignment_support.py writes a tiny book in a scratch folder: its pyproject.toml's one
 ``[tool.mlbook.assignments.tiny]`` table names its checks and reference module, its course folder
 is the chapter's config with its own course id. ``$MLBOOK_ROOT`` points every command at it:
-``mlbook build`` writes its source, solved and released notebooks, ``mlbook grade`` and ``mlbook
-grade-class`` grade them in the sandbox. The one check calls the reference module's ``quadruple``,
-which calls the student's ``double``: a right answer earns the check's points, a wrong one 0.
+``mlbook build`` writes its source, solved and released notebooks; ``mlbook grade``, ``mlbook
+grade-class`` and ``nbgrader autograde`` (the course's SandboxedExecute) grade them in the sandbox.
+The one check calls the reference module's ``quadruple``, which calls the student's ``double``: a
+right answer earns the check's points, a wrong one 0.
 """
 
 import json
@@ -17,7 +18,7 @@ import nbformat
 import pytest
 from mlbook_tools import cli
 from mlbook_tools.config import assignment
-from mlbook_tools.grading import read_scores
+from mlbook_tools.grading import read_scores, run_nbgrader
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -91,3 +92,15 @@ def test_a_second_assignment_builds_and_grades_with_the_same_commands(book, caps
         assert scores["grades"][GID]["score"] == score, (student, scores)
         assert (this.state(course) / f"{student}.json").is_file()
     assert "failed: test_double" in next(line for line in out.splitlines() if "bob" in line)
+
+    # formgrader's Autograde button: `nbgrader autograde` through the course's SandboxedExecute
+    folder = course / "submitted" / "carol" / tiny.NAME
+    folder.mkdir(parents=True)
+    shutil.copy(right, folder / f"{tiny.NAME}.ipynb")
+    run_nbgrader(["autograde", tiny.NAME, "--student", "carol", "--force"], course)
+    scores = read_scores(course / "gradebook.db", tiny.NAME, "carol")
+    assert scores["grades"][GID]["score"] == tiny.POINTS, (
+        scores
+    )  # plain nbgrader: quadruple undefined
+    graded = nbformat.read(course / "autograded" / "carol" / tiny.NAME / f"{tiny.NAME}.ipynb", 4)
+    assert graded.metadata["mlbook"]["graded_by"].endswith("through the sandboxed engine")

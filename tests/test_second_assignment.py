@@ -20,18 +20,16 @@ from mlbook_tools import cli
 from mlbook_tools.config import assignment
 from mlbook_tools.grading import read_scores, run_nbgrader
 
-pytestmark = [
-    pytest.mark.sandbox,
-    pytest.mark.nbgrader,
-]  # the sandbox; nbgrader generate_assignment
+# the sandbox; nbgrader (the build's and grade-class's generate_assignment, autograde)
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader]
 
 GID = "test_double"
 
 
 @pytest.fixture
 def book(tmp_path, monkeypatch):
-    """The tiny book, built by ``mlbook build``; every command (and grade-class's workers, through
-    the environment) pointed at it, its reference module importable."""
+    """The tiny book (not built yet); every command pointed at it, grade-class's workers and
+    nbgrader too (through the environment), its reference module importable."""
     root = tiny.write_book(tmp_path / "book")
     monkeypatch.setenv("MLBOOK_ROOT", str(root))
     monkeypatch.setenv("PYTHONPATH", str(root / "lib"))
@@ -99,8 +97,7 @@ def test_a_second_assignment_builds_and_grades_with_the_same_commands(book, caps
     shutil.copy(right, folder / f"{tiny.NAME}.ipynb")
     run_nbgrader(["autograde", tiny.NAME, "--student", "carol", "--force"], course)
     scores = read_scores(course / "gradebook.db", tiny.NAME, "carol")
-    assert scores["grades"][GID]["score"] == tiny.POINTS, (
-        scores
-    )  # plain nbgrader: quadruple undefined
+    # (plain nbgrader would score it 0: the hidden test's `quadruple` is the reference's, not the notebook's)
+    assert scores["grades"][GID]["score"] == tiny.POINTS, scores
     graded = nbformat.read(course / "autograded" / "carol" / tiny.NAME / f"{tiny.NAME}.ipynb", 4)
     assert graded.metadata["mlbook"]["graded_by"].endswith("through the sandboxed engine")

@@ -22,6 +22,8 @@ from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
+# The course id: the tooling reads it from here (a string literal; mlbook_tools.config.course_id),
+# e.g. `mlbook hub` names the instructor's course folder and the exchange's course by it.
 c.CourseDirectory.course_id = "rlhf-ppo"
 # Only notebooks ship to students: a paired text file with solutions must never reach release/.
 # (Not "*.txt": `nbgrader collect` copies with this same list, and the exchange's timestamp.txt, which

@@ -11,7 +11,7 @@ import jupytext
 import nbformat
 import pytest
 from mlbook_tools import build
-from mlbook_tools.config import layout
+from mlbook_tools.config import assignment, layout
 from ppo_checks import CHECKS, CORE_MAX, graded
 
 pytestmark = pytest.mark.unit
@@ -117,7 +117,7 @@ def test_a_hand_typed_points_line_fails_the_build(fragments):
 def test_the_points_line_follows_the_declaration(fragments, monkeypatch):
     gid = "test_gae_matches_brute_force_and_mc_return"
     registry = {**CHECKS, gid: dataclasses.replace(CHECKS[gid], points=5)}
-    monkeypatch.setattr(build, "load_registry", lambda: registry)
+    monkeypatch.setattr(build, "load_registry", lambda path: registry)
     cell = next(c for c in build.source_notebook("rlhf_ppo").cells if c.id == gid)
     assert cell.source.startswith("# Graded (5 points): hidden tests compare `gae`")
     assert cell.metadata["nbgrader"]["points"] == 5
@@ -129,14 +129,16 @@ def test_a_check_parameter_the_grader_cannot_bind_fails_the_build(fragments, mon
     reference would make every submission UNGRADED at grading time: the build says so first."""
     gid = "test_gae_matches_brute_force_and_mc_return"
     registry = {**CHECKS, gid: dataclasses.replace(CHECKS[gid], names=(bad,))}
-    monkeypatch.setattr(build, "load_registry", lambda: registry)
+    monkeypatch.setattr(build, "load_registry", lambda path: registry)
     with pytest.raises(ValueError, match=rf"check_gae .*{gid}.*parameter {bad!r}.*UNGRADED"):
         build.source_notebook("rlhf_ppo")
 
 
 def test_check_parameters_accept_answer_symbols_and_reference_attributes():
     cells = nbformat.read(SOURCE, as_version=4).cells
-    build.check_parameters(CHECKS, cells, (build.REFERENCE,))  # the chapter's own registry passes
+    build.check_parameters(
+        CHECKS, cells, (assignment().reference,)
+    )  # the chapter's own registry passes
     # train_ppo and PPOConfig are the course's read-only code: found only in the reference
     assert CHECKS["test_train_ppo_increases_reward_with_bounded_kl"].names == (
         "train_ppo",

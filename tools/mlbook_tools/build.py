@@ -2,7 +2,8 @@
 
 Sources (edit these): chapter fragments in ``solutions/chapter/<nb>/NN_*.py`` (format in
 ``solutions/chapter/README.md``), the code they include from ``solutions/mlbook_solutions``, and
-the graded checks in ``tests/ppo_checks.py``. Generated (never edit):
+the graded checks of each assignment (``[tool.mlbook.assignments.<nb>]``: ``checks``, e.g.
+``tests/ppo_checks.py``). Generated (never edit):
 
     autograde/source/<nb>/<nb>.ipynb   nbgrader source: solutions and hidden tests marked (course text)
     chapters/<nb>.ipynb, <nb>.py       self-paced release, produced by real `nbgrader generate_assignment`
@@ -48,7 +49,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from mlbook_tools import cells as vocab  # the cell vocabulary
-from mlbook_tools.config import layout
+from mlbook_tools.config import Assignment, assignments, layout, source_in
 from mlbook_tools.grading import run_nbgrader
 from mlbook_tools.plan import DEMO_TAG
 from mlbook_tools.progress import stage
@@ -77,9 +78,6 @@ HIDDEN_TESTS_TAG = "hidden-tests"
 CHECK_OUTPUT = "nbval-check-output"  # nbval compares this cell's stored output with a fresh run
 RAISES = "raises-exception"  # release only: the cell raises until the student's answers exist
 NOT_RECORDED = "<output not recorded: run `mlbook build`>\n"
-# The course's read-only code as the grader sees it: a check's parameter that no answer cell defines
-# is taken from this module (driver._reference_with binds it), so the build checks it is there.
-REFERENCE = "mlbook_solutions.ppo_lm"
 SANITIZER = "tests/nbval_sanitize.cfg"  # nbval's --nbval-sanitize-with file, relative to the root
 
 
@@ -183,18 +181,18 @@ def object_source(spec: str, stub: bool = False, stub_methods: str = "") -> tupl
     return "\n\n\n".join(chunks), wanted
 
 
-def load_registry(path: pathlib.Path | None = None) -> dict:
-    """The graded checks declared with ``@graded`` in tests/ppo_checks.py: grade id -> ``Check``."""
-    path = path or layout().checks
+def load_registry(path: pathlib.Path) -> dict:
+    """The graded checks declared with ``@graded`` in the checks module ``path``: grade id -> ``Check``."""
     spec = importlib.util.spec_from_file_location("mlbook_graded_checks", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.CHECKS
 
 
-def hidden_check(check, path: pathlib.Path | None = None) -> str:
-    """The source of ``check`` (its decorator left out) plus every helper it needs, in file order, then its call."""
-    text = (path or layout().checks).read_text()
+def hidden_check(check, path: pathlib.Path) -> str:
+    """The source of ``check`` (its decorator left out) plus every helper it needs, in file order,
+    then its call; ``path``: the checks module it is declared in."""
+    text = path.read_text()
     lines, tree = text.splitlines(), ast.parse(text)
     named = _top_level(tree)
     start = check.fn.__name__
@@ -307,8 +305,8 @@ def _check_header(frag: pathlib.Path, index: int, cell) -> None:
     unknown = sorted(set(cell.metadata) - allowed - JUPYTEXT_KEYS)
     if unknown:
         hint = {
-            "points": "a test's points come from its @graded(...) in tests/ppo_checks.py",
-            "check": "a test's check is the one declared with @graded(<grade id>, ...) in tests/ppo_checks.py",
+            "points": "a test's points come from its @graded(...) in the assignment's checks",
+            "check": "a test's check is the one declared with @graded(<grade id>, ...) in the assignment's checks",
         }
         why = "; ".join(hint.get(k, "") for k in unknown if k in hint)
         raise ValueError(
@@ -349,7 +347,9 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
     if not fragments:
         raise FileNotFoundError(f"no fragments in {folder}")
     cells = []  # the notebook opens on the chapter's title; the maintainer's note is metadata
-    registry = load_registry()
+    # the assignment this notebook is (None: a notebook without tests, such as the DDP appendix)
+    this: Assignment | None = assignments().get(nb_name)
+    registry = load_registry(this.checks) if this else {}
     for frag in fragments:
         for i, cell in enumerate(jupytext.reads(frag.read_text(), fmt="py:percent").cells):
             _check_header(frag, i, cell)
@@ -393,11 +393,16 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
                 if check is None:
                     raise ValueError(
                         f"{frag}: test {meta['test']!r} has no check: declare one with "
-                        f"@graded({meta['test']!r}, points=N) in {layout().checks.name}"
+                        f"@graded({meta['test']!r}, points=N) in "
+                        + (
+                            this.checks.name
+                            if this
+                            else f"the checks of a [tool.mlbook.assignments.{nb_name}] table"
+                        )
                     )
-                src = "\n".join(
-                    [points_line(src, check, frag), MARKERS[2], hidden_check(check), MARKERS[3]]
-                ).lstrip("\n")
+                hidden = hidden_check(check, this.checks)
+                src = "\n".join([points_line(src, check, frag), MARKERS[2], hidden, MARKERS[3]])
+                src = src.lstrip("\n")
                 md = _cell_meta(meta["test"], grade=True, points=check.points)
             else:
                 if "include" in meta:
@@ -425,7 +430,7 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
         "title": chapter_title(cells, nb_name),  # the page title nbconvert gives the reading form
     }
     _check_unique_ids(nb)
-    check_parameters(registry, cells, (REFERENCE,))
+    check_parameters(registry, cells, (this.reference,) if this else ())
     return nb
 
 
@@ -589,7 +594,7 @@ def student_release(source_text: str, assignment: str) -> nbformat.NotebookNode:
     with tempfile.TemporaryDirectory() as tmp:
         course = pathlib.Path(tmp)
         shutil.copy(layout().course / "nbgrader_config.py", course)
-        source = course / "source" / assignment / f"{assignment}.ipynb"
+        source = source_in(course, assignment)
         source.parent.mkdir(parents=True)
         source.write_text(source_text)
         run_nbgrader(["generate_assignment", assignment, "--force"], course)
@@ -599,7 +604,7 @@ def student_release(source_text: str, assignment: str) -> nbformat.NotebookNode:
 def course_release(name: str) -> str:
     """The course's release of notebook ``name``: ``nbgrader generate_assignment`` over the
     generated source in autograde/source (what a course's instructor releases), as text."""
-    source = layout().course / "source" / name / f"{name}.ipynb"
+    source = source_in(layout().course, name)
     if not source.is_file():
         raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
     return _text(student_release(source.read_text(), name))
@@ -632,15 +637,20 @@ def render_all(execute: bool = True) -> dict[pathlib.Path, str]:
                 name, solved_notebook(source, keep_grading_metadata=False)
             )
             continue
-        src_path = L.course / "source" / name / f"{name}.ipynb"
-        out[src_path] = _text(source)  # the course's text: every course release comes from it
+        this = assignments().get(name)
+        if this is None:
+            raise ValueError(
+                f"{L.chapters_src / name} has graded cells but pyproject.toml has no "
+                f"[tool.mlbook.assignments.{name}] table (its checks and reference module)"
+            )
+        out[this.source(L.course)] = _text(source)  # the course's text: every release comes from it
         out[L.solved / f"{name}.ipynb"] = solved(name, solved_notebook(source))
         stage(f"{name}: nbgrader generate_assignment (the self-paced release)")
         release = student_release(  # no jupytext pairing: JupyterLab would write a .py beside
             _text(source_notebook(name, SELF_PACED)), name
         )  # every student copy and then refuse a newer .ipynb (File Load Error)
-        out[L.release / f"{name}.ipynb"] = _text(release)
-        out[L.release / f"{name}.py"] = jupytext.writes(release, fmt="py:percent")
+        out[this.release] = _text(release)
+        out[this.release.with_suffix(".py")] = jupytext.writes(release, fmt="py:percent")
     return out
 
 

@@ -20,6 +20,7 @@ import enum
 import json
 import pathlib
 
+from mlbook_tools.config import state_in
 from mlbook_tools.result import BadResult, GradingResult
 
 
@@ -111,7 +112,7 @@ class ClassEntry:
 
 def saved(course: pathlib.Path, assignment: str, student: str) -> ClassEntry | None:
     """What grade-class saved for ``student``; None when nothing (or nothing readable) is saved."""
-    state = pathlib.Path(course) / ".mlbook_grading" / assignment / f"{student}.json"
+    state = state_in(course, assignment) / f"{student}.json"
     try:
         return ClassEntry.from_state(student, json.loads(state.read_text()))
     except (OSError, ValueError):  # BadResult is a ValueError

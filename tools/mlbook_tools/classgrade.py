@@ -15,7 +15,8 @@ graded is reported UNGRADED, never recorded as a grade and never cached. The bac
 whole grading, the trusted side's reading, parsing and notebook writing too: a worker says
 "started" when it takes a submission; one that has not answered by the submission's wall-clock
 backstop (``wall_factor`` x the budget) + ``grace_seconds`` after that is killed and the submission
-reported UNGRADED at once (a second try would only take as long again). The state lives in ``<course>/.mlbook_grading/`` (outside ``source/``, never released).
+reported UNGRADED at once (a second try would only take as long again). The state lives in
+``<course>/.mlbook_grading/<assignment>/`` (``Assignment.state``: outside ``source/``, never released).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import traceback
 
 from mlbook_tools import classentry, feedback, grading, manual_audit, sandbox, submission
 from mlbook_tools.classentry import BadReply, ClassEntry, Outcome, WorkerReply
+from mlbook_tools.config import assignment as configured
+from mlbook_tools.config import source_in, state_in
 from mlbook_tools.errors import TooLarge
 from mlbook_tools.limits import GradingLimits
 from mlbook_tools.result import is_extra
@@ -89,6 +92,7 @@ def _grade_one(student, path, source_nb, checks, secret, init) -> WorkerReply:
                 trusted=init["trusted"],
                 wall_deadline=wall,
                 limits=limits,
+                assignment=init.get("assignment"),  # None: the default assignment
             )
         notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
     except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
@@ -225,7 +229,7 @@ def _fingerprint(text: bytes, checks: pathlib.Path, source: pathlib.Path) -> str
 
 def grade_class(
     course: pathlib.Path,
-    assignment: str = "rlhf_ppo",
+    assignment: str | None = None,
     workers: int | None = None,
     force: bool = False,
     trusted: bool = False,
@@ -237,16 +241,20 @@ def grade_class(
     """Grade every submission; returns {student: what this run did}, one entry per submission folder
     (``classentry.Outcome``). Writes the gradebook and the autograded notebooks.
 
+    ``assignment``: a configured assignment's name (``config.assignment``; default: the first).
+
     ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
     replaces their ``budget_seconds``."""
     from nbgrader.api import Gradebook, MissingEntry
 
     course = pathlib.Path(course).resolve()
+    this = configured(assignment)
+    assignment = this.name
     require_course(course, assignment)  # before anything is written (a stray gradebook.db)
     limits = limits or grading.course_limits(course)
     if budget:
         limits = limits.replace(budget_seconds=float(budget))
-    source = course / "source" / assignment / f"{assignment}.ipynb"
+    source = this.source(course)
     if not trusted:
         why = sandbox.check_available()
         if why:
@@ -271,10 +279,9 @@ def grade_class(
         gb is None
     ):  # the assignment was never generated in this course: nbgrader fills the gradebook
         grading.run_nbgrader(["generate_assignment", assignment, "--force"], course)
-    state_dir = course / ".mlbook_grading" / assignment
-    state_dir.mkdir(parents=True, exist_ok=True)
+    this.state(course).mkdir(parents=True, exist_ok=True)
     manual_audit.report(course, assignment, out)  # manual scores changed since the last run
-    checks_path = grading.layout().checks
+    checks_path = this.checks
     results: dict[str, ClassEntry] = refused_ids(course, assignment)  # ids outside the safe set
     for entry in results.values():
         print(_line(entry, assignment), file=out)
@@ -378,7 +385,7 @@ def _record(
         why = f"could not record the grade: {type(err).__name__}: {err}"
         result = dataclasses.replace(entry.result, problems=[*(entry.result.problems or []), why])
         entry = dataclasses.replace(entry, result=result)
-    state = course / ".mlbook_grading" / assignment / f"{entry.student}.json"
+    state = state_in(course, assignment) / f"{entry.student}.json"
     state.write_text(json.dumps(entry.to_state(), default=str))
     return entry
 
@@ -423,7 +430,7 @@ class NotACourse(FileNotFoundError):
 
 def require_course(course: pathlib.Path, assignment: str) -> None:
     """Stop, writing nothing, unless ``course`` is a course folder holding ``assignment``'s source."""
-    source = course / "source" / assignment / f"{assignment}.ipynb"
+    source = source_in(course, assignment)
     if not (course / "nbgrader_config.py").is_file() or not source.is_file():
         missing = (
             "nbgrader_config.py"
@@ -438,7 +445,7 @@ def require_course(course: pathlib.Path, assignment: str) -> None:
 
 
 def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, ClassEntry]:
-    """A submission folder without ``<assignment>.ipynb`` (e.g. only ``rlhf_ppo-Copy1.ipynb``) is a
+    """A submission folder without ``<assignment>.ipynb`` (e.g. only ``<assignment>-Copy1.ipynb``) is a
     problem of that student, named in the results, the summary and both exports (the student is
     added to the gradebook with no submission, the status column names the file found)."""
     from nbgrader.api import Gradebook, MissingEntry
@@ -460,7 +467,7 @@ def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, Cla
         why = f"no {assignment}.ipynb in {folder.relative_to(course)}: found {what}; rename it to {assignment}.ipynb and rerun"
         entry = ClassEntry(student, Outcome.MISNAMED, problems=(why,), found=tuple(found))
         misnamed[student] = entry
-        state = course / ".mlbook_grading" / assignment / f"{student}.json"
+        state = state_in(course, assignment) / f"{student}.json"
         state.parent.mkdir(parents=True, exist_ok=True)
         state.write_text(json.dumps(entry.to_state()))
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -546,10 +553,11 @@ def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> 
     return isinstance(meta, dict) and meta.get("fingerprint") == fp
 
 
-def _line(entry: ClassEntry, assignment: str = "rlhf_ppo") -> str:
+def _line(entry: ClassEntry, assignment: str | None = None) -> str:
     """One student's line, by outcome. A grading (now or kept): core and extra credit, the failing
     checks by name, what awaits a person; a refused or unreadable file its flag instead (nothing of
-    it was read: never "awaiting"). Not graded: why, and what to do."""
+    it was read: never "awaiting"). Not graded: why, and what to do. ``assignment``: its name
+    (default: the default assignment's), which a misnamed submission's flag names."""
     from mlbook_tools.flags import from_entry
 
     name = f"{entry.student:20s} "
@@ -565,7 +573,7 @@ def _line(entry: ClassEntry, assignment: str = "rlhf_ppo") -> str:
         f"{name}core {core.score:4g}/{core.max_score:g}  extra {ex.score:g}/{ex.max_score:g}  "
         f"{entry.seconds:6.1f} s"
     )
-    flag = from_entry(assignment, entry)
+    flag = from_entry(assignment or configured().name, entry)
     if flag is not None:
         text += f"  {flag.line()}"
     else:

@@ -1,17 +1,20 @@
 """``mlbook``: build the notebooks from their sources, grade one notebook, or grade a class.
 
 mlbook start [DIR]                           copy the released notebooks to your own folder (default
-                                             ~/rlhf-ppo-work); no other command ever writes there
+                                             ~/<course id>-work); no other command ever writes there
 mlbook build [--check]                       generate autograde/source, chapters/ and solutions/notebooks
                                              (executes the solved notebooks to record the outputs nbval checks)
 mlbook grade PATH.ipynb [--json]             grade one notebook with the sandboxed engine (no gradebook)
 mlbook handin [PATH.ipynb]                   check your saved notebook, run the visible checks, write
-                                             to-upload/rlhf_ppo.ipynb beside it (python -m mlbook.handin)
+                                             to-upload/<name>.ipynb beside it (python -m mlbook.handin)
 mlbook student-dist [--out D]                write what students get: the library wheel and the released notebooks
 mlbook new-course DIR                        create an nbgrader course folder (config + source notebook)
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
 mlbook limits [--markdown]                   every grading limit, its default and what it bounds
+
+`--assignment NAME` (grade, grade-class) names one of pyproject.toml's [tool.mlbook.assignments];
+the default is the first there (config.py).
 
 Grading runs student code only inside a bubblewrap sandbox; if the sandbox cannot start, grading
 stops and says why. --no-sandbox (or MLBOOK_TRUSTED=1) runs it unconfined, for trusted files only.
@@ -64,14 +67,16 @@ def _main(argv: list[str] | None = None) -> int:
         help="keep the stored outputs of unchanged checked cells",
     )
     st = sub.add_parser("start", help="copy the released notebooks into your own work folder")
-    st.add_argument("dir", nargs="?", default=None, help="your folder (default: ~/rlhf-ppo-work)")
+    st.add_argument(
+        "dir", nargs="?", default=None, help="your folder (default: ~/<course id>-work)"
+    )
     h = sub.add_parser("handin", help="check your saved notebook and write the file to upload")
-    h.add_argument("path", nargs="?", default="rlhf_ppo.ipynb")
+    h.add_argument("path", nargs="?", default=None, help="default: the assignment's <name>.ipynb")
     nc = sub.add_parser("new-course", help="create an nbgrader course folder outside the checkout")
     nc.add_argument("dir")
     g = sub.add_parser("grade", help="grade one notebook with the sandboxed engine")
     g.add_argument("path")
-    g.add_argument("--assignment", default="rlhf_ppo")
+    g.add_argument("--assignment", default=None, help="default: the first configured")
     _budget_option(g, "--timeout")
     _limit_option(g)
     g.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -84,7 +89,7 @@ def _main(argv: list[str] | None = None) -> int:
     c.add_argument(
         "--course", default=None, help="the nbgrader course folder (default: the repo's autograde/)"
     )
-    c.add_argument("--assignment", default="rlhf_ppo")
+    c.add_argument("--assignment", default=None, help="default: the first configured")
     c.add_argument(
         "--workers", type=int, default=None, help="parallel gradings (default: the number of cores)"
     )
@@ -163,8 +168,9 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "handin":
         from mlbook.handin import main as handin_main
+        from mlbook_tools.config import assignment
 
-        return handin_main([args.path])
+        return handin_main([args.path or f"{assignment().name}.ipynb"])
     if args.command == "new-course":
         from mlbook_tools.course import new_course
 
@@ -348,16 +354,18 @@ def _class_summary(results: dict) -> int:
 
 def _next_commands(out: pathlib.Path) -> str:
     """What an instructor types next, in order (README "Instructors"), with this checkout's tools."""
+    from mlbook_tools.config import assignment
+
     bin_ = pathlib.Path(sys.executable).parent
-    nbgrader = bin_ / "nbgrader"
+    nbgrader, nb = bin_ / "nbgrader", assignment().name
     return (
         f"course folder {out}\nNext:\n"
         f"  cd {out}\n"
-        f"  {nbgrader} generate_assignment rlhf_ppo --force   # release/rlhf_ppo/rlhf_ppo.ipynb\n"
-        "  # put each submission at submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb (nbgrader collect does)\n"
+        f"  {nbgrader} generate_assignment {nb} --force   # release/{nb}/{nb}.ipynb\n"
+        f"  # put each submission at submitted/<student>/{nb}/{nb}.ipynb (nbgrader collect does)\n"
         f"  {bin_ / 'mlbook'} grade-class                    # sandboxed; fills gradebook.db and autograded/\n"
         f"  {bin_ / 'jupyter'} server                        # formgrader at /formgrader (as root: --allow-root)\n"
-        f"  {nbgrader} generate_feedback rlhf_ppo --force   # feedback/<student>/...html (--force: a regrade reaches it)\n"
+        f"  {nbgrader} generate_feedback {nb} --force   # feedback/<student>/...html (--force: a regrade reaches it)\n"
         f"  {nbgrader} export                       # grades.csv"
     )
 

@@ -1,12 +1,13 @@
 """``mlbook student-dist``: exactly what the students of a graded course receive, in one folder.
 
     <out>/mlbook-<version>-py3-none-any.whl   the student library (src/mlbook only)
-    <out>/rlhf_ppo.ipynb                       the course's release of each notebook (nbgrader's
+    <out>/<name>.ipynb                         the course's release of each notebook (nbgrader's
                                                generate_assignment over autograde/source: the
                                                course text, not the self-paced chapters/ copy)
     <out>/requirements.txt                     requirements/student.txt: what the notebook imports
                                                and Jupyter itself, pinned as in requirements/lock.txt
     <out>/README.md                            how to install (CPU-only torch on Linux) and hand in
+                                               (``DIST_README``: the default assignment's title and name)
 
 Nothing else ships: no reference implementation (mlbook_solutions), no source notebook, no hidden
 test, no grading or developer tool, no jupytext pairing. ``tests/test_student_dist.py`` proves it,
@@ -32,7 +33,7 @@ import subprocess
 import sys
 
 from mlbook_tools.build import course_release
-from mlbook_tools.config import layout
+from mlbook_tools.config import assignment, layout
 from mlbook_tools.workcopy import HoldsAnswers, digest, refuse_if_edited
 
 # What the released notebook imports (the library's own dependencies) plus Jupyter itself.
@@ -53,7 +54,7 @@ DEV_TOOLS = (
 )
 
 DIST_README = """\
-# RLHF with PPO: your notebook
+# {title}: your notebook
 
 Python 3.11. In this folder, once:
 
@@ -62,21 +63,21 @@ python3.11 -m venv .venv && source .venv/bin/activate      # Windows: .venv\\Scr
 # Linux only, first: the CPU build of torch (PyPI's Linux torch is the CUDA build, several GB)
 pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 pip install -r requirements.txt && pip install --no-deps mlbook-*.whl
-jupyter lab rlhf_ppo.ipynb                                 # as root: add --allow-root
+jupyter lab {nb}.ipynb                                 # as root: add --allow-root
 ```
 
 On macOS and Windows skip the torch line: `pip install -r requirements.txt` gets the CPU build by
 default. Nothing here needs a GPU.
 
-Work in `rlhf_ppo.ipynb` and keep its name. The "Check your work" cell at the end runs every
+Work in `{nb}.ipynb` and keep its name. The "Check your work" cell at the end runs every
 visible check. To hand in: save (Ctrl+S), then in a terminal in this folder
 
 ```bash
-python -m mlbook.handin rlhf_ppo.ipynb
+python -m mlbook.handin {nb}.ipynb
 ```
 
 It checks that the notebook is saved, named as the course expects and readable, runs the visible
-checks, and writes the one file to upload: `to-upload/rlhf_ppo.ipynb`.
+checks, and writes the one file to upload: `to-upload/{nb}.ipynb`.
 """
 
 
@@ -196,7 +197,9 @@ def student_dist(out: str | pathlib.Path | None = None) -> pathlib.Path:
     # the course's release (its text speaks to a course student), not the self-paced chapters/ copy
     planned = {nb.name: unpaired(course_release(nb.stem).encode()) for nb in sources}
     planned["requirements.txt"] = student_txt.read_bytes()
-    planned["README.md"] = DIST_README.encode()
+    this = assignment()
+    title = json.loads(this.source(L.course).read_text())["metadata"]["title"]
+    planned["README.md"] = DIST_README.format(title=title, nb=this.name).encode()
     _refuse_if_not_ours(out, planned)
     if out.exists():
         shutil.rmtree(out)

@@ -2,7 +2,7 @@
 
 Three kinds, each one line of reason and one line of what to do:
 
-* ``misnamed``: the student's folder holds no ``<assignment>.ipynb`` (e.g. ``rlhf_ppo-Copy1.ipynb``);
+* ``misnamed``: the student's folder holds no ``<assignment>.ipynb`` (e.g. ``<assignment>-Copy1.ipynb``);
   nothing was graded (nbgrader would say "needs autograding", and its Autograde button fails);
 * ``refused``: the file is past a grading bound ("too large: ..."); nothing of it was run, it scores 0;
 * ``unreadable``: the file is not a notebook the grader can read; nothing was run, it scores 0.

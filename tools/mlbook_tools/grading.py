@@ -22,7 +22,8 @@ import time
 import warnings
 
 from mlbook_tools import cells as vocab  # the cell vocabulary
-from mlbook_tools.config import layout
+from mlbook_tools.config import assignment as configured
+from mlbook_tools.config import layout, source_in
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits, limits_from_config  # noqa: F401 - limits_from_config: re-exported
 from mlbook_tools.result import CellGrade, GradingResult, is_extra, printable
@@ -78,7 +79,7 @@ def course_points(source: pathlib.Path) -> dict[str, float]:
 
 def assignment_points(course: pathlib.Path, assignment: str) -> dict[str, float] | None:
     """``course_points`` of the assignment's source notebook in ``course``; None when it is not there."""
-    source = course / "source" / assignment / f"{assignment}.ipynb"
+    source = source_in(course, assignment)
     return course_points(source) if source.exists() else None
 
 
@@ -103,17 +104,18 @@ def read_scores(gradebook: pathlib.Path, assignment: str, student: str) -> dict:
 
 
 def load_course(course: pathlib.Path, assignment: str):
-    """(source notebook, graded checks module, course secret) of one assignment."""
+    """(source notebook, graded checks module, course secret) of one assignment (its checks: the
+    configured ``Assignment.checks``)."""
     import nbformat
 
     from mlbook_tools import judge
 
-    source = course / "source" / assignment / f"{assignment}.ipynb"
+    source = source_in(course, assignment)
     if not source.exists():
         raise FileNotFoundError(f"{source} is missing: run `mlbook build` first")
     return (
         nbformat.read(source, as_version=4),
-        judge.load_checks(layout().checks),
+        judge.load_checks(configured(assignment).checks),
         judge.course_secret(course),
     )
 
@@ -206,8 +208,12 @@ def grade_submission(
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
     starting=None,
+    assignment: str | None = None,
 ) -> tuple[GradingResult, object]:
     """Grade one notebook's text: (its GradingResult, the plan or None).
+
+    ``assignment``: the configured assignment's name (default: the first); its reference module
+    supplies a check's parameters that no answer cell defines (``judge.grade_plan``).
 
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
     backstop, which the entry points count from reading the file. ``starting``: a ``sandbox.Starting``
@@ -229,6 +235,7 @@ def grade_submission(
         wall_deadline=wall_deadline,
         limits=limits,
         starting=starting,
+        assignment=assignment,
     )
     written = [gid for gid, _ in plan.manual]
     blank = blank_written_answers(plan.notebook) & set(written)  # 0, nothing to grade by hand
@@ -247,7 +254,7 @@ def grade_submission(
 
 def grade_notebook(
     path: str | pathlib.Path,
-    assignment: str = "rlhf_ppo",
+    assignment: str | None = None,
     budget: float | None = None,
     course: pathlib.Path | None = None,
     trusted: bool = False,
@@ -255,6 +262,8 @@ def grade_notebook(
     limits: GradingLimits | None = None,
 ) -> GradingResult:
     """Grade one notebook with the sandboxed engine (``mlbook grade``); no gradebook is touched.
+
+    ``assignment``: a configured assignment's name (``config.assignment``; default: the first).
 
     ``limits``: by default the course config's (``course_limits``); ``budget``, if given, replaces
     their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here.
@@ -279,6 +288,7 @@ def grade_notebook(
         from mlbook_tools import judge, submission  # noqa: F401 - torch, nbformat: while the sandbox starts
         from mlbook_tools.errors import TooLarge
 
+        assignment = configured(assignment).name
         source_nb, checks, secret = load_course(course_dir, assignment)
         try:
             text = submission.read_submission(path, limits)  # bounded before it is read whole
@@ -294,6 +304,7 @@ def grade_notebook(
             limits=limits,
             wall_deadline=wall_deadline,
             starting=starting,
+            assignment=assignment,
         )
     finally:
         starting.close()  # a refused file, or a budget spent before the sandbox was needed

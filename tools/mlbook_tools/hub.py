@@ -8,7 +8,8 @@ What it sets up (idempotent; a rerun keeps users, passwords, the course and its 
   starts each user's Jupyter server as that user, so the exchange's file permissions apply.
 - ``<dir>/exchange``: nbgrader's exchange root, mode 0777 as nbgrader's docs say (nbgrader itself
   makes ``<course>/inbound`` write-only for students and ``feedback/`` unlistable).
-- the course folder ``~instructor/<course_id>`` (``mlbook new-course``), owned by the instructor,
+- the course folder ``~instructor/<course_id>`` (``mlbook new-course``; the course id is the
+  default assignment's, ``config.Assignment.course_id``), owned by the instructor,
   mode 0700: its gradebook, submissions and grading secret are readable by nobody else.
 - two Python environments made from the checkout's ``.venv`` (hard links, seconds), run by a
   Python every user can execute: ``envs/student`` has the library ``mlbook`` and JupyterLab with
@@ -35,10 +36,9 @@ import subprocess
 import sys
 import sysconfig
 
-from mlbook_tools.config import layout
+from mlbook_tools.config import assignment, layout
 from mlbook_tools.execute import KERNEL_ENCRYPTION
 
-COURSE_ID = "rlhf-ppo"
 PROXY_DIR = "tools/hub-proxy"  # package.json + package-lock.json (configurable-http-proxy 5.3.0)
 SKIP_SITE = ("__editable__", "mlbook", "a1_coverage")  # never copied into a hub environment
 # nbgrader's JupyterLab plugins a student must not see (they keep the Assignments tab and validate)
@@ -259,7 +259,7 @@ def setup(
     for role in ("student", "instructor"):
         make_env(hub / "envs" / role, role, private / "checkout")
     # the course folder, the instructor's own
-    course = pathlib.Path(teacher.pw_dir) / COURSE_ID
+    course = pathlib.Path(teacher.pw_dir) / assignment().course_id
     new_course(course)
     for dirpath, _, filenames in os.walk(course):
         for p in [dirpath, *(os.path.join(dirpath, f) for f in filenames)]:
@@ -279,7 +279,8 @@ def write_configs(
     hub: pathlib.Path, instructor: str, course: pathlib.Path, students: list[str]
 ) -> None:
     common = (
-        f"c.Exchange.root = {str(hub / 'exchange')!r}\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(hub / 'exchange')!r}\n"
+        f"c.CourseDirectory.course_id = {assignment().course_id!r}\n"
         # nbgrader's own kernels (Validate, autograde) as the lab's: channels encrypted, no TCP warning
         f"c.KernelManager.transport_encryption = {KERNEL_ENCRYPTION!r}\n"
     )

@@ -1,14 +1,16 @@
-"""Judging: every graded check declared in the registry (``CHECKS`` of tests/ppo_checks.py) called
+"""Judging: every graded check declared in the registry (``CHECKS`` of the assignment's checks) called
 here, in this process, with the student's functions replaced by remote proxies (``remote.py``). Each
 check's inputs are seeded from HMAC(course secret, student, test), so no submission can know them in
 advance and a regrade reproduces the same verdicts. A name a check takes that no answer cell defines
-is the reference module's (``mlbook_solutions``), calling the student's functions wherever it uses them.
+is the reference module's (the assignment's ``reference``, e.g. ``mlbook_solutions.ppo_lm``), calling
+the student's functions wherever it uses them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import importlib.util
 import pathlib
 import secrets
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from mlbook_tools.config import assignment as configured
 from mlbook_tools.errors import RemoteError, RunnerDied
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
@@ -50,16 +53,20 @@ def load_checks(path: pathlib.Path) -> types.ModuleType:
     return module
 
 
-def _reference_with(proxies: dict) -> dict:
-    """The reference module's namespace with the student's symbols replaced by proxies (functions rebound)."""
-    from mlbook_solutions import ppo_lm
+def reference_module(name: str | None = None) -> types.ModuleType:
+    """The reference module ``name`` (a module name), by default the default assignment's."""
+    return importlib.import_module(name or configured().reference)
 
-    ns = dict(vars(ppo_lm))
+
+def _reference_with(proxies: dict, reference: str | None = None) -> dict:
+    """The reference module's namespace with the student's symbols replaced by proxies (functions rebound)."""
+    module = reference_module(reference)
+    ns = dict(vars(module))
     ns.update(proxies)
-    for name, obj in vars(ppo_lm).items():
+    for name, obj in vars(module).items():
         if (
             isinstance(obj, types.FunctionType)
-            and obj.__module__ == ppo_lm.__name__
+            and obj.__module__ == module.__name__
             and name not in proxies
         ):
             fn = types.FunctionType(
@@ -70,12 +77,14 @@ def _reference_with(proxies: dict) -> dict:
     return ns
 
 
-def _warm_up() -> None:
+def _warm_up(reference: str | None = None) -> None:
     """What the checks import on first use, imported while the sandbox runs the notebook's cells (the
-    driver only waits then): the reference PPO loop, and ``torch._dynamo``, which torch imports at the
-    first optimizer it makes (half a second of CPU). Imports only: nothing runs, no state is set."""
+    driver only waits then): the reference module (the chapter's PPO loop), and ``torch._dynamo``,
+    which torch imports at the first optimizer it makes (half a second of CPU). Imports only: nothing
+    runs, no state is set."""
     import torch._dynamo  # noqa: F401
-    from mlbook_solutions import ppo_lm  # noqa: F401
+
+    reference_module(reference)
 
 
 @dataclass(frozen=True)
@@ -110,15 +119,19 @@ def grade_plan(
     wall_deadline: float | None = None,
     limits: GradingLimits = DEFAULT_LIMITS,
     starting=None,
+    assignment: str | None = None,
 ) -> EngineRun:
     """Run every graded check of ``plan``: its verdicts, problems and the (capped) printed output.
 
     ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
+    ``assignment``: the configured assignment's name (default: the first), whose reference module
+    (``Assignment.reference``) supplies a check's parameters that no answer cell defines.
 
     ``limits.budget_seconds``: charged seconds (see ``Session``); ``wall_deadline`` (time.monotonic): the
     backstop, by default ``wall_factor`` x budget from now (the entry points pass one counted from reading the file)."""
     torch.set_num_threads(1)  # the driver's torch and the runner's must not fight over cores
-    warm = threading.Thread(target=_warm_up, daemon=True, name="mlbook-warm-up")
+    reference = configured(assignment).reference
+    warm = threading.Thread(target=_warm_up, args=(reference,), daemon=True, name="mlbook-warm-up")
     warm.start()
     t_start = time.monotonic()
     deadline = t_start + limits.budget_seconds
@@ -136,7 +149,7 @@ def grade_plan(
         for test in plan.tests:
             t0 = time.monotonic()
             try:
-                found = _run_test(test, plan, session, checks, secret, student, deadline)
+                found = _run_test(test, plan, session, checks, secret, student, deadline, reference)
             except RunnerDied as err:  # whatever the sandbox does, it is this test's failure
                 found = Verdict(test.grade_id, test.points, 0.0, err.student_message(), test.extra)
             verdicts.append(replace(found, seconds=time.monotonic() - t0))
@@ -172,14 +185,15 @@ class Missing:
         raise AssertionError(f"{self.name} is not available ({self.reason})")
 
 
-def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict:
+def _run_test(test, plan, session, checks, secret, student, deadline, reference=None) -> Verdict:
     def verdict(ok, message):
         return Verdict(test.grade_id, test.points, test.points if ok else 0.0, message, test.extra)
 
     check = checks.CHECKS.get(test.grade_id)
     if check is None:
         return verdict(
-            False, "this test has no declared check (tests/ppo_checks.py); it needs manual grading"
+            False,
+            "this test has no declared check (the assignment's checks); it needs manual grading",
         )
     if session is None:
         return verdict(False, "not run: the notebook's code could not be loaded")
@@ -205,11 +219,12 @@ def _run_test(test, plan, session, checks, secret, student, deadline) -> Verdict
             proxies[name] = Missing(name, why)
     # a name the check takes that no answer cell defines is the course's own (read-only) code:
     # the reference implementation, calling the student's functions wherever it uses them
-    reference = _reference_with(proxies) if any(n not in proxies for n in check.names) else {}
+    needs_course_code = any(n not in proxies for n in check.names)
+    course_code = _reference_with(proxies, reference) if needs_course_code else {}
     for name in check.names:
         if isinstance(proxies.get(name), Missing):
             return verdict(False, f"{name} is not available ({proxies[name].reason})")
-    call_args = [proxies[n] if n in proxies else reference[n] for n in check.names]
+    call_args = [proxies[n] if n in proxies else course_code[n] for n in check.names]
     seed = check_seed(secret, student, test.grade_id)
     try:
         with session.within(session.limits.check_seconds), torch.random.fork_rng():

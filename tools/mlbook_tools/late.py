@@ -11,7 +11,7 @@ timestamp from ``timestamp.txt`` (a resubmission with the same text is not regra
 It also copies the exchange's ``timestamp.txt`` and ``submission_secret.txt`` into ``autograded/``
 (``keep_exchange_files``), which ``nbgrader release_feedback`` needs.
 The due date is the assignment's in the gradebook (formgrader's "Manage Assignments" page, or
-``nbgrader db assignment add rlhf_ppo --duedate="2026-12-01 17:00:00 UTC"``); per-student extensions
+``nbgrader db assignment add <assignment> --duedate="2026-12-01 17:00:00 UTC"``); per-student extensions
 are nbgrader's too. No due date: no penalty.
 """
 

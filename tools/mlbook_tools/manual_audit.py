@@ -15,11 +15,12 @@ import json
 import pathlib
 import sys
 
+from mlbook_tools.config import state_in
 from mlbook_tools.result import EXTRA_PREFIX, printable
 
 
 def _state(course: pathlib.Path, assignment: str) -> pathlib.Path:
-    return pathlib.Path(course) / ".mlbook_grading" / assignment / "manual_scores.json"
+    return state_in(course, assignment) / "manual_scores.json"
 
 
 def snapshot(course: pathlib.Path, assignment: str) -> dict[str, list]:

@@ -112,6 +112,7 @@ class SandboxedExecute(Preprocessor):
                 trusted=trusted,
                 wall_deadline=wall,
                 limits=limits,
+                assignment=info["assignment"],
             )
         resources["mlbook_grades"] = result.grades
         for cell in nb.cells:

@@ -1,7 +1,7 @@
 """A student's work is never an output: ``mlbook start`` and the guard every notebook writer calls.
 
 ``mlbook start [DIR]`` copies the released notebooks into the student's own folder (default
-``~/rlhf-ppo-work``), outside the checkout, so that no build, test, make target, ``git checkout``
+``~/<course id>-work``, ``default_dir``), outside the checkout, so that no build, test, make target, ``git checkout``
 or fresh clone ever writes there; a notebook already in DIR is never overwritten.
 
 The guard decides by content, never by guessing what an answer looks like: ``mlbook build`` keeps
@@ -21,10 +21,15 @@ import pathlib
 import shutil
 import subprocess
 
-from mlbook_tools.config import layout
+from mlbook_tools.config import assignment, layout
 
-DEFAULT_DIR = pathlib.Path("~/rlhf-ppo-work")
 MANIFEST = ".generated.sha256"  # in the release folder (chapters/); paths in it are root-relative
+
+
+def default_dir() -> pathlib.Path:
+    """The student's work folder unless they name one: ``~/<course id>-work`` (the default
+    assignment's course id, ``config.Assignment.course_id``)."""
+    return pathlib.Path(f"~/{assignment().course_id}-work")
 
 
 class HoldsAnswers(RuntimeError):
@@ -79,7 +84,7 @@ def _committed(path: pathlib.Path, data: bytes) -> bool:
 
 def _work_copy_hint(path: pathlib.Path) -> str:
     """Advice that replaces nothing: copy to a name that does not exist yet in the student's folder."""
-    folder = DEFAULT_DIR.expanduser()
+    folder = default_dir().expanduser()
     shown = (
         f"~/{folder.relative_to(pathlib.Path.home())}"
         if folder.is_relative_to(pathlib.Path.home())
@@ -159,7 +164,7 @@ def lab_command(out: pathlib.Path, notebook: str = "") -> str:
 
 def start(folder: str | pathlib.Path | None = None) -> tuple[pathlib.Path, list[str], list[str]]:
     """Copy the released notebooks into ``folder``; returns (folder, copied names, kept names)."""
-    out = pathlib.Path(folder or DEFAULT_DIR).expanduser().resolve()
+    out = pathlib.Path(folder or default_dir()).expanduser().resolve()
     notebooks = sorted(layout().release.glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"no released notebook in {layout().release}: run `mlbook build`")

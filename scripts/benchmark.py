@@ -14,7 +14,7 @@ of one sandbox with its cgroup and without (memfd denied instead). Pages (issue 
 submission page and the feedback page each render in <= 3 s of CPU for the solved notebook and every
 page-size kind of tests/xss_payloads.py (`--only pages`; tests/test_xss.py bounds their tag count,
 which is what the render's time follows).
-The tail (issue 32, docs/scale.md; `--only tail` alone, ~20 min on 2 cores, not part of a plain run):
+The tail (issue 32, docs/scale.md; `--only tail` alone, ~15 min on 2 cores, not part of a plain run):
 per-submission p50/p95/p99 of one grade-class run over the correct styles of tests/fairness_styles.py
 and the slow-but-honest entries of tests/adversarial_catalog.py (CPU and wall, from grade-class's own
 records), what ten budget-exhausting submissions add to a class of 16, and a student's kernel running

@@ -262,7 +262,7 @@ def credit_correlations(
     per response."""
     m = roll["mask"]  # (B, T-1)
     on = m.bool()
-    good = (roll["tokens"][:, 1:] == GOOD_ID).to(m.dtype)[on]  # (N,) the token at t + 1 is good
+    good = (roll["tokens"][:, 1:] == GOOD_ID)[on].double()  # (N,) the token at t + 1 is good
     rewards = shaped_rewards(scores, roll["logp_old"], roll["logp_ref"], m, beta)  # (B, T-1)
     per_token = {"gae": gae(rewards, roll["values_old"], m, gamma, lam)[0]}
     returns = sequence_returns(scores, roll, beta)  # (B,)
@@ -270,7 +270,9 @@ def credit_correlations(
         per_token[name] = fn(returns, k).unsqueeze(1).expand_as(m)  # (B, T-1)
     out = {}
     for name, adv in per_token.items():
-        pair = torch.stack([adv[on].to(m.dtype), good])  # (2, N)
+        # (2, N) in float64: a float32 correlation goes through the BLAS, whose kernels (so the
+        # rounding) depend on the CPU; the stored float64 replay must hold on every CPU
+        pair = torch.stack([adv[on].double(), good])
         out[name] = float(torch.corrcoef(pair)[0, 1])
     return out
 

@@ -10,6 +10,7 @@ Those edits are made in a copy of the checkout (fixture ``checkout``): the real 
 """
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -47,12 +48,16 @@ def _run(cmd, cwd=ROOT):
 
 @pytest.fixture
 def checkout(tmp_path) -> pathlib.Path:
-    """A copy of the checkout (its files, times kept; the same .venv) for a test that edits generated
+    """A copy of the checkout (its files; the same .venv) for a test that edits generated
     files: the commands run there find it as their checkout, and the real one, which tests on other
     pytest-xdist workers read meanwhile, is never edited."""
     skip = {".git", ".venv", "build", "node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
     copy = tmp_path / "checkout"
     shutil.copytree(ROOT, copy, ignore=lambda folder, names: [n for n in names if n in skip])
+    # dated before the .venv's install stamp: make sees the shared .venv as installed from them
+    stamp = (ROOT / ".venv" / ".installed").stat().st_mtime - 1
+    for path in (copy, *copy.rglob("*")):
+        os.utime(path, (stamp, stamp))
     (copy / ".venv").symlink_to(ROOT / ".venv")
     return copy
 

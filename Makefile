@@ -79,6 +79,10 @@ lint: env
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 HEAVY := sandbox or nbgrader or classrun or browser or notebook or slow or stress
 PYTEST := $(BIN)/python -m pytest -q --durations=15
+# The heavy lane on pytest-xdist, a worker per core: a file's tests on one worker, the files that read
+# the graded class on one (tests/conftest.py groups them), so while the class is graded (or nbgrader,
+# a kernel, a browser works) the other worker runs the other files.
+XDIST  := -n auto
 
 check: lint
 	$(BIN)/lint-imports
@@ -86,7 +90,7 @@ check: lint
 	$(PYTEST) -m unit tests
 
 test: check
-	$(PYTEST) -m "($(HEAVY)) and not full" tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
+	$(PYTEST) -m "($(HEAVY)) and not full" $(XDIST) tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
 	ATEN_CPU_CAPABILITY=default $(PYTEST) -m "portable and not full" tests
 
 test-full: env

@@ -11,6 +11,7 @@ The unit guard (pytest-socket's pattern): while a ``unit`` test runs, starting a
 subprocess of the grader, nbgrader, Jupyter or a browser fails the test with "unit test started X".
 """
 
+import ast
 import contextlib
 import functools
 import json
@@ -35,6 +36,41 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("notebook")
         if not {m.name for m in item.iter_markers()} & (HEAVY | {"unit"}):
             item.add_marker("unit")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (make test's heavy lane, ``-n auto``): the tests of a file run on one worker,
+    so its module fixtures start once and nbval runs a notebook's cells in one kernel, and the files
+    that read the graded class run on one worker, so the session fixture grades it once."""
+    if config.getvalue("dist") not in ("load", "loadscope", "loadfile", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return xdist_scope(config.rootpath, nodeid)
+
+    return OneWorkerPerFile(config, log)
+
+
+def xdist_scope(root: pathlib.Path, nodeid: str) -> str:
+    """The tests with one scope run on one xdist worker: a file's, or every reader's of the graded class."""
+    path = nodeid.split("::", 1)[0]
+    return "graded_class" if _reads_graded_class(root / path) else path
+
+
+@functools.cache
+def _reads_graded_class(path: pathlib.Path) -> bool:
+    """Whether a test file's functions (tests or fixtures) take the ``graded_class`` fixture."""
+    if path.suffix != ".py":
+        return False
+    tree = ast.parse(path.read_text())
+    return any(
+        "graded_class" in (a.arg for a in node.args.args)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+    )
 
 
 def pytest_collection_finish(session):

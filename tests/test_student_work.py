@@ -6,11 +6,14 @@ byte; and a release notebook in the checkout that is not byte for byte what the 
 answer with the stub line commented out or left after ``return``, a note in a markdown cell, an
 answer in the ``.py`` form) makes ``mlbook build``, ``mlbook build --check`` and ``make notebooks``
 (the path ``make chapter`` takes) refuse, writing nothing, with advice that replaces no file.
+Those edits are made in a copy of the checkout (fixture ``checkout``): the real one is never edited.
 """
 
 import json
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -41,6 +44,22 @@ def _fill(text: str, grade_id: str = "gae") -> str:
 
 def _run(cmd, cwd=ROOT):
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture
+def checkout(tmp_path) -> pathlib.Path:
+    """A copy of the checkout (its files; the same .venv) for a test that edits generated
+    files: the commands run there find it as their checkout, and the real one, which tests on other
+    pytest-xdist workers read meanwhile, is never edited."""
+    skip = {".git", ".venv", "build", "node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT, copy, ignore=lambda folder, names: [n for n in names if n in skip])
+    # dated before the .venv's install stamp: make sees the shared .venv as installed from them
+    stamp = (ROOT / ".venv" / ".installed").stat().st_mtime - 1
+    for path in (copy, *copy.rglob("*")):
+        os.utime(path, (stamp, stamp))
+    (copy / ".venv").symlink_to(ROOT / ".venv")
+    return copy
 
 
 def test_start_copies_the_release_and_never_overwrites(tmp_path):
@@ -108,40 +127,34 @@ def _edit(text: str, how: str) -> str:
         pytest.param("commented", ".py", marks=pytest.mark.full),
     ],
 )
-def test_build_refuses_to_overwrite_work_in_the_release(how, suffix):
+def test_build_refuses_to_overwrite_work_in_the_release(how, suffix, checkout):
     """Any edit of a generated file stops every writer before it writes anything; the advice is safe."""
-    path = layout().release / f"rlhf_ppo{suffix}"
-    release = {p: p.read_bytes() for p in layout().release.iterdir() if p.is_file()}
-    ipynb = _edit((layout().release / "rlhf_ppo.ipynb").read_text(), how)
+    path = layout(checkout).release / f"rlhf_ppo{suffix}"
+    release = {p: p.read_bytes() for p in layout(checkout).release.iterdir() if p.is_file()}
+    ipynb = _edit((layout(checkout).release / "rlhf_ppo.ipynb").read_text(), how)
     assert "raise NotImplementedError" in ipynb  # a stub-text heuristic would call this untouched
     filled = (
         ipynb
         if suffix == ".ipynb"
         else jupytext.writes(jupytext.reads(ipynb, "ipynb"), "py:percent")
     )
-    try:
-        path.write_text(filled)
-        for cmd in ([*MLBOOK, "build"], [*MLBOOK, "build", "--check"], ["make", "notebooks"]):
-            run = _run(cmd)
-            out = run.stdout + run.stderr
-            assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
-            assert f"rlhf_ppo{suffix}: not what `mlbook build` wrote" in out, out
-            assert "Traceback" not in out and not re.search("^wrote ", out, re.M), out
-            assert (
-                "mv " not in out
-                and "cp -n " in out
-                and "rlhf-ppo-work/rlhf_ppo-from-checkout" in out
-            ), out
-            assert path.read_text() == filled
-            for p, data in release.items():
-                if p != path:
-                    assert p.read_bytes() == data, f"{cmd} wrote {p}"
-    finally:
+    path.write_text(filled)
+    for cmd in ([*MLBOOK, "build"], [*MLBOOK, "build", "--check"], ["make", "notebooks"]):
+        run = _run(cmd, cwd=checkout)
+        out = run.stdout + run.stderr
+        assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
+        assert f"rlhf_ppo{suffix}: not what `mlbook build` wrote" in out, out
+        assert "Traceback" not in out and not re.search("^wrote ", out, re.M), out
+        assert (
+            "mv " not in out and "cp -n " in out and "rlhf-ppo-work/rlhf_ppo-from-checkout" in out
+        ), out
+        assert path.read_text() == filled
         for p, data in release.items():
-            p.write_bytes(data)
+            if p != path:
+                assert p.read_bytes() == data, f"{cmd} wrote {p}"
 
 
-def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one():
+def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one(checkout):
     """The fingerprints beside the outputs are exact, and `mlbook build --check` compares them too."""
     manifest = read_manifest()
     assert "chapters/rlhf_ppo.ipynb" in manifest and "chapters/rlhf_ppo.py" in manifest
@@ -151,14 +164,10 @@ def test_manifest_lists_every_generated_file_and_check_catches_a_stale_one():
 
     for rel, digest in manifest.items():
         assert hashlib.sha256((ROOT / rel).read_bytes()).hexdigest() == digest, rel
-    path = layout().release / MANIFEST
-    before = path.read_bytes()
-    try:
-        path.write_text(before.decode() + f"{'0' * 64}  chapters/removed_long_ago.ipynb\n")
-        run = _run([*MLBOOK, "build", "--check"])
-        assert run.returncode == 1 and f"chapters/{MANIFEST}" in run.stdout, run.stdout + run.stderr
-    finally:
-        path.write_bytes(before)
+    path = layout(checkout).release / MANIFEST
+    path.write_text(path.read_text() + f"{'0' * 64}  chapters/removed_long_ago.ipynb\n")
+    run = _run([*MLBOOK, "build", "--check"], cwd=checkout)
+    assert run.returncode == 1 and f"chapters/{MANIFEST}" in run.stdout, run.stdout + run.stderr
 
 
 def test_student_dist_refuses_to_replace_a_folder_with_answers(tmp_path):
@@ -356,16 +365,14 @@ def test_readme_student_section_covers_root_and_a_clean_checkout():
     assert "holds answers" not in students and " mv " not in students
 
 
-def test_student_dist_never_ships_an_edited_release(tmp_path):
-    path = layout().course / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"  # what the dist releases
-    before = path.read_bytes()
-    try:
-        path.write_text(_edit(before.decode(), "markdown"))
-        run = _run([*MLBOOK, "student-dist", "--out", str(tmp_path / "dist")])
-        assert run.returncode == 1 and "not what `mlbook build` wrote" in run.stderr, run.stderr
-        assert not (tmp_path / "dist").exists()
-    finally:
-        path.write_bytes(before)
+def test_student_dist_never_ships_an_edited_release(tmp_path, checkout):
+    path = (
+        layout(checkout).course / "source" / "rlhf_ppo" / "rlhf_ppo.ipynb"
+    )  # what the dist releases
+    path.write_text(_edit(path.read_text(), "markdown"))
+    run = _run([*MLBOOK, "student-dist", "--out", str(tmp_path / "dist")], cwd=checkout)
+    assert run.returncode == 1 and "not what `mlbook build` wrote" in run.stderr, run.stderr
+    assert not (tmp_path / "dist").exists()
 
 
 def test_the_self_paced_lab_has_no_instructor_menus_and_no_exchange(tmp_path):

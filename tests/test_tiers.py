@@ -196,3 +196,24 @@ def test_a_unit_test_that_starts_nbgrader_fails_and_a_heavier_one_may(pytester):
             "*UnitTestStarted: unit test started nbgrader*",
         ]
     )
+
+
+def test_xdist_runs_a_file_on_one_worker_and_the_graded_class_once():
+    """make test's heavy lane runs on pytest-xdist: a file's tests (its module fixtures, a notebook's
+    nbval cells) share one scope, and so do all the files that read the session's graded class."""
+
+    def scope(nodeid):
+        return conftest.xdist_scope(ROOT, nodeid)
+
+    assert scope("tests/test_engine.py::test_a[x]") == scope("tests/test_engine.py::test_b")
+    assert scope("chapters/rlhf_ppo.ipynb::Cell 0") == scope("chapters/rlhf_ppo.ipynb::Cell 80")
+    assert scope("chapters/rlhf_ppo.ipynb::Cell 0") != scope(
+        "solutions/notebooks/rlhf_ppo.ipynb::Cell 0"
+    )
+    readers = {
+        path.name
+        for path in TESTS.glob("test_*.py")
+        if scope(f"tests/{path.name}::t") == "graded_class"
+    }
+    assert {"test_adversarial.py", "test_autograde.py", "test_fairness.py"} <= readers
+    assert "test_engine.py" not in readers and "test_bounds.py" not in readers

@@ -235,7 +235,7 @@ def grade_class(
     trusted: bool = False,
     budget: float | None = None,
     progress: bool = True,
-    out=sys.stdout,
+    out=None,
     limits: GradingLimits | None = None,
 ) -> dict[str, ClassEntry]:
     """Grade every submission; returns {student: what this run did}, one entry per submission folder
@@ -245,6 +245,9 @@ def grade_class(
 
     ``limits``: by default the course config's (``grading.course_limits``); ``budget``, if given,
     replaces their ``budget_seconds``."""
+    out = (
+        out or sys.stdout
+    )  # the stream at the call (a default bound at import would outlive a redirect)
     from nbgrader.api import Gradebook, MissingEntry
 
     course = pathlib.Path(course).resolve()

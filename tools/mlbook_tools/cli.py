@@ -52,6 +52,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def script() -> None:
+    """The ``mlbook`` command. ``mlbook grade``, which a student runs again and again, then leaves
+    without tearing the interpreter down (torch's teardown alone is ~0.4 s of a 4 s command): its
+    sandbox is closed and nothing it wrote is open by then; the output is flushed first."""
+    code = main()
+    if sys.argv[1:2] == ["grade"]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="mlbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -410,4 +422,4 @@ def _part(label: str, part, waiting: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

@@ -63,8 +63,9 @@ def keep_exchange_files(course: pathlib.Path, assignment: str, student: str) -> 
             shutil.copyfile(src / name, dst / name)
 
 
-def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=sys.stdout) -> dict:
+def apply_late_penalties(course: pathlib.Path, assignment: str, students, out=None) -> dict:
     """{student: penalty or None}; nbgrader's ``AssignLatePenalties`` on each student's notebooks."""
+    out = sys.stdout if out is None else out
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.preprocessors import AssignLatePenalties

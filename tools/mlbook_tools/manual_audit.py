@@ -65,8 +65,9 @@ def changes(old: dict, new: dict) -> list[str]:
     return lines
 
 
-def report(course: pathlib.Path, assignment: str, out=sys.stdout) -> list[str]:
+def report(course: pathlib.Path, assignment: str, out=None) -> list[str]:
     """Print (and return) the manual scores changed since the last run's snapshot; none on a first run."""
+    out = sys.stdout if out is None else out
     path = _state(course, assignment)
     try:
         old = json.loads(path.read_text())

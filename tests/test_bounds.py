@@ -21,7 +21,7 @@ import time
 
 import nbformat
 import pytest
-from mlbook_tools import classgrade, cli, driver, grading, plugins, sandbox
+from mlbook_tools import classgrade, cli, driver, grading, meter, plugins
 from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
@@ -300,7 +300,7 @@ def test_the_empty_dict_bomb_is_graded_within_its_backstop_in_a_class_run(tmp_pa
 
 def test_mlbook_grade_stops_at_its_wall_backstop_even_if_nothing_is_charged(tmp_path, monkeypatch):
     """Worst case for the backstop: a sandbox whose charged time never moves (it only waits)."""
-    monkeypatch.setattr(sandbox.Runner, "_charged", staticmethod(lambda s0, s1: 0.0))
+    monkeypatch.setattr(meter.Meter, "charged", staticmethod(lambda s0, s1: 0.0))
     path = tmp_path / "sleeper.ipynb"
     path.write_text(_sleeper())
     t0 = time.monotonic()

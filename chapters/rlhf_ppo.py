@@ -2421,7 +2421,7 @@ openrlhf_share = 0.80  # OpenRLHF README: "80% of the time on the sample generat
 print(f"published (OpenRLHF): {openrlhf_share:.0%}; this model at batch 64: {share_7b[64]:.0%}")
 print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['generation']:.0%}")
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "4e933df1eec138c52aa4f29bb1ba0943", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5a9839a5f30a5db35334ce24e12e0328", "grade": false, "grade_id": "40_systems-25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model and the published figure disagree: even at a small decode batch the ideal H100 spends
 # less of the step generating than the 80 % reported, and at the batch sizes where the KV cache
 # still fits comfortably it predicts well under half. The reasons are what the model leaves out,
@@ -2471,7 +2471,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    (Espeholt et al., 2018, arXiv:1802.01561) truncates importance weights to bound their variance,
 #    and OpenRLHF's correction below clamps them the same way; it is not part of Hilton et al.'s
 #    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
-#    exercise 5 measures both designs on the toy.
+#    exercise 5 measures both designs on the toy, with the sampler one and four updates behind.
 #
 # The second design is what the fully asynchronous systems of 2025 are built on. AReaL (Fu et al.,
 # 2025, arXiv:2505.24298) lets its rollout workers generate without waiting for the trainer, which
@@ -3918,7 +3918,7 @@ raise NotImplementedError("replace this line with your implementation")
 # %% [markdown] deletable=false mlbook={"extra_credit": 1} nbgrader={"cell_type": "markdown", "checksum": "b596908cca3ceb9c09b0422e163631ef", "grade": true, "grade_id": "ex4_ptx_findings", "locked": false, "points": 0, "schema_version": 3, "solution": true, "task": false}
 # YOUR ANSWER HERE
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "ee61517f0c04bd4bfaac35004946273f", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "b4ca000512dee4afcebb47fe87a930b7", "grade": false, "grade_id": "70_exercises-18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 5 ★★★: asynchronous rollouts
 #
 # Large systems generate the next batch while the current one trains, so the sampler's weights lag one
@@ -3938,6 +3938,11 @@ raise NotImplementedError("replace this line with your implementation")
 # $\pi_{\text{prox}}/\pi_{\text{sampler}}$, clamped to $[lo, hi]$. Run it with OpenRLHF's default
 # $[0.5, 5]$ next to the two arms of (a) and next to recomputation without the weight (a clamp to
 # $[1, 1]$), and say what the weight buys on this toy.
+#
+# (d) Asynchronous systems let the lag grow past one update: AReaL caps it at a configured number of
+# policy versions, PipelineRL keeps it close to zero (§4.2). `StaleBy(4)` (same module) samples with
+# the weights of four updates ago. Run the three stale arms again with it and say what changes: which
+# arm still learns steadily, and whether the behaviour weight now makes a difference.
 
 # %% deletable=false nbgrader={"cell_type": "code", "checksum": "22d4060f10009b5b32de55977b7075c8", "grade": false, "grade_id": "ex5_stale", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def importance_ratios(

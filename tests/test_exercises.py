@@ -556,6 +556,79 @@ def test_ex5_reward_anomaly_trace_matches_cache(results, solved):
     )
 
 
+def test_ex5_four_updates_stale_claims(results, solved):
+    """Exercise 5 (d): each sentence of the worked answer about the sampler four updates behind, against
+    the cached sweep; the claims are about every seed or about the mean against every seed."""
+    text = " ".join("\n".join(c.source for c in solved if c.cell_type == "markdown").split())
+    runs = results["stale"]
+
+    def per_seed(arm, f):
+        return [f(r) for r in runs[arm]]
+
+    clip = {arm: per_seed(arm, lambda r: statistics.fmean(r["clip_frac"][1:])) for arm in runs}
+    peak = {arm: per_seed(arm, lambda r: max(r["reward"])) for arm in runs}
+    kl_max = {arm: per_seed(arm, lambda r: max(r["kl"])) for arm in runs}
+    last5 = {arm: per_seed(arm, lambda r: statistics.fmean(r["reward"][-5:])) for arm in runs}
+    first = {arm: per_seed(arm, lambda r: r["reward"][0]) for arm in runs}
+    # Clip around the sampler: about half outside the range, the highest clip fraction on every seed.
+    assert 0.4 < statistics.fmean(clip["stale4"]) < 0.6
+    assert min(clip["stale4"]) > max(v for arm, c in clip.items() if arm != "stale4" for v in c)
+    assert "the highest clip fraction of every arm on every seed" in text
+    # ... still rising at the end; ends inside the on-policy arm's range.
+    assert all(r["reward"].index(max(r["reward"])) >= len(r["reward"]) - 5 for r in runs["stale4"])
+    assert (
+        min(last5["on_policy"])
+        <= min(last5["stale4"])
+        <= max(last5["stale4"])
+        <= max(last5["on_policy"])
+    )
+    assert (
+        "one of the last five on every seed" in text and "inside the on-policy arm's range" in text
+    )
+    # Clip around the proximal policy: above the on-policy arm, then most of it given back, below it.
+    for arm in ("decoupled4", "recomputed4"):
+        assert statistics.fmean(peak[arm]) > max(peak["on_policy"]), arm
+        assert statistics.fmean(kl_max[arm]) > max(kl_max["on_policy"]), arm
+        gained = statistics.fmean(peak[arm]) - statistics.fmean(first[arm])
+        kept = statistics.fmean(last5[arm]) - statistics.fmean(first[arm])
+        assert kept < 0.5 * gained, arm  # "give back most of what they gained"
+        assert max(last5[arm]) < min(last5["on_policy"]), arm
+    assert "end below the on-policy arm on every seed" in text
+    # The weight: every comparison one way on every seed four updates behind, both ways one behind.
+    four, one = ex.weight_effect(results, "4"), ex.weight_effect(results, "")
+    seeds = len(ex.STALE["seeds"])
+    assert four == dict(seeds=seeds, peaks_higher=seeds, kl_higher=seeds, ends_lower=seeds)
+    assert all(0 < one[k] < seeds for k in ("peaks_higher", "kl_higher", "ends_lower")), one
+    assert "on every seed, where one update behind each of these comparisons went both ways" in text
+    # The fee and the controller's KL come from the sampler's log-probs (the delay the answer names).
+    roll = dict(
+        logp_old=torch.tensor([[-1.0, -2.0]]),
+        logp_ref=torch.tensor([[-1.5, -1.0]]),
+        mask=torch.ones(1, 2),
+    )
+    assert sol.sequence_kl(roll) == pytest.approx(-0.5)
+    assert "computed from the sampler's log-probabilities" in text
+
+
+def test_stale_by_lags_by_its_number_of_updates():
+    """StaleBy(k) samples step n with the policy as it was at the start of step max(1, n - k)."""
+    from mlbook.posttrain.samplers import StaleBy, StaleByOneUpdate
+
+    policy = torch.nn.Linear(1, 1, bias=False)
+    for lag in (1, 4):
+        sampler, one = StaleBy(lag), StaleByOneUpdate()
+        for step in range(1, 9):
+            with torch.no_grad():
+                policy.weight.fill_(step)  # the policy at the start of step `step`
+            got = float(sampler(policy).weight.detach())
+            assert got == max(1, step - lag), (lag, step, got)
+            assert float(one(policy).weight.detach()) == max(1, step - 1)
+        assert len(sampler.copies) == lag + 1  # keeps no more copies than the lag needs
+    for bad in (0, -1, 1.5, True, "4"):
+        with pytest.raises(ValueError, match="positive int"):
+            StaleBy(bad)
+
+
 # ------------------------------------------------------------------------------------ decoupled PPO
 
 

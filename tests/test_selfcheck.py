@@ -1,6 +1,7 @@
 """What "Check your work" and ``mlbook.handin`` say (pure functions on notebook files)."""
 
 import json
+import pathlib
 
 import pytest
 from mlbook_tools.config import layout
@@ -65,3 +66,62 @@ def test_handin_takes_an_answer_split_in_two_and_refuses_a_copied_test_cell(tmp_
 
     with pytest.raises(CannotHandIn, match="appears twice"):
         read_notebook(_release_with(tmp_path, copy_test))
+
+
+def _tiny(path, assignment="tiny"):
+    """A notebook of another assignment: one graded test cell; its name in the metadata build writes."""
+    cell = {
+        "cell_type": "code",
+        "id": "t",
+        "metadata": {"nbgrader": {"grade": True, "grade_id": "test_tiny", "points": 1}},
+        "source": "assert 1 + 1 == 2",
+        "outputs": [],
+        "execution_count": None,
+    }
+    meta = {"mlbook": {"assignment": assignment}} if assignment else {}
+    path.write_text(
+        json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": meta, "cells": [cell]})
+    )
+    return path
+
+
+def test_the_notebook_and_its_upload_name_come_from_the_notebook_not_the_library(
+    tmp_path, monkeypatch
+):
+    """handin and check find the notebook as Jupyter names it (``__session__``) or as the one in the
+    folder named after its assignment, and hand it in under that assignment's name: nothing in the
+    student library names this chapter's notebook."""
+    import mlbook.handin
+    import mlbook.selfcheck
+    from mlbook.handin import handin
+    from mlbook.selfcheck import assignment_of, this_notebook
+
+    for module in (mlbook.handin, mlbook.selfcheck):
+        assert "rlhf_ppo" not in pathlib.Path(module.__file__).read_text()
+    copy = _tiny(tmp_path / "tiny-Copy1.ipynb")
+    _tiny(tmp_path / "notes.ipynb", assignment=None)  # no assignment: never picked
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no assignment notebook in"):
+        this_notebook()
+    own = _tiny(tmp_path / "tiny.ipynb")
+    assert this_notebook() == own
+    assert this_notebook({"__session__": str(copy)}) == copy  # the kernel's own notebook first
+    assert this_notebook({"__session__": str(tmp_path / "gone.ipynb")}) == own
+    assert handin() == tmp_path / "to-upload" / "tiny.ipynb"
+    written = handin(copy)  # a copy goes in under its assignment's name
+    assert written == tmp_path / "to-upload" / "tiny.ipynb"
+    assert written.read_bytes() == copy.read_bytes()
+    assert handin(tmp_path / "notes.ipynb").name == "notes.ipynb"  # no metadata: its own name
+    for bad in ("../x", "a/b", "", 3, None):
+        assert assignment_of({"metadata": {"mlbook": {"assignment": bad}}}) is None, bad
+    _tiny(tmp_path / "other.ipynb", assignment="other")
+    with pytest.raises(FileNotFoundError, match="2 assignment notebooks"):
+        this_notebook()
+
+
+def test_the_built_notebooks_name_their_assignment():
+    for folder in (layout().release, layout().solved):
+        nb = json.loads((folder / "rlhf_ppo.ipynb").read_text())
+        assert nb["metadata"]["mlbook"]["assignment"] == "rlhf_ppo", folder
+    appendix = json.loads((layout().solved / "appendix_ddp.ipynb").read_text())
+    assert "assignment" not in appendix["metadata"]["mlbook"]  # not an assignment

@@ -40,7 +40,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from mlbook.posttrain.samplers import StaleByOneUpdate  # the student library's (exercise 5)
+from mlbook.posttrain.samplers import StaleBy  # the student library's (exercise 5)
 from mlbook.posttrain.toy_lm import (
     END_ID,
     DemoBatch,
@@ -213,17 +213,20 @@ PTX = dict(
     seeds=(0, 1, 2, 3, 4), batch=32, steps=30, ptx_coefs=(0.0, 1.0, 2.0), sft_steps=150, sft_lr=3e-3
 )
 STALE = dict(seeds=(0, 1, 2, 3, 4), batch=32, steps=30)
-# Exercise 5's arms: who samples, and what the clip is centred on. "stale": logp_old from the
-# weights that sampled (one update old); "decoupled": clip around the proximal policy (the
-# policy when the update starts) and weight by pi_prox / pi_sampler clamped to BEHAVIOUR_CLIP,
-# OpenRLHF's default truncation; "recomputed": clip around the proximal policy with no weight
-# (a clamp to [1, 1]).
+# Exercise 5's arms: updates of lag of the sampler (0: on-policy), and what the clip is centred
+# on. "stale": logp_old from the weights that sampled; "decoupled": clip around the proximal
+# policy (the policy when the update starts) and weight by pi_prox / pi_sampler clamped to
+# BEHAVIOUR_CLIP, OpenRLHF's default truncation; "recomputed": clip around the proximal policy with
+# no weight (a clamp to [1, 1]). The "4" arms: a sampler four updates behind (a deeper pipeline).
 BEHAVIOUR_CLIP = (0.5, 5.0)
 STALE_ARMS = dict(
-    on_policy=(False, None),
-    stale=(True, None),
-    decoupled=(True, BEHAVIOUR_CLIP),
-    recomputed=(True, (1.0, 1.0)),
+    on_policy=(0, None),
+    stale=(1, None),
+    decoupled=(1, BEHAVIOUR_CLIP),
+    recomputed=(1, (1.0, 1.0)),
+    stale4=(4, None),
+    decoupled4=(4, BEHAVIOUR_CLIP),
+    recomputed4=(4, (1.0, 1.0)),
 )
 
 
@@ -328,10 +331,10 @@ def stale_run(
 ) -> dict:
     """The chapter's run in one arm of ``STALE_ARMS``: per-step clip frac, reward, approx-KL, KL,
     beta."""
-    stale, behaviour_clip = STALE_ARMS[arm]
+    lag, behaviour_clip = STALE_ARMS[arm]
     policy, ref, critic, prompts, gen = build_models(seed, batch)
     cfg = dataclasses.replace(CHAPTER_RUN, steps=steps, behaviour_clip=behaviour_clip)
-    sampler = StaleByOneUpdate() if stale else None
+    sampler = StaleBy(lag) if lag else None
     history = train_ppo(
         policy, ref, critic, prompts, good_count_reward, END_ID, cfg, generator=gen, sampler=sampler
     )
@@ -465,7 +468,7 @@ def refresh(path: pathlib.Path = RESULTS_PATH, verbose: bool = True) -> dict:
         chapter_run=dataclasses.asdict(CHAPTER_RUN),
         ptx_config={**PTX, "seeds": list(PTX["seeds"]), "ptx_coefs": list(PTX["ptx_coefs"])},
         stale_config={**STALE, "seeds": list(STALE["seeds"])},
-        stale_arms={arm: [stale, clip and list(clip)] for arm, (stale, clip) in STALE_ARMS.items()},
+        stale_arms={arm: [lag, clip and list(clip)] for arm, (lag, clip) in STALE_ARMS.items()},
         replay_config=REPLAY,
         seconds=dict(ptx=round(t1 - t0, 1), stale=round(t2 - t1, 1)),
         ptx=ptx,
@@ -498,7 +501,8 @@ def summarise(results: dict) -> dict[str, tuple[float, float, float, float]]:
     ``sft_final_ratio``: SFT loss after the run / at the start; ``sft_peak_ratio``: the largest
     start-of-step SFT loss / start; ``reward_first`` / ``reward_last5``: mean score of the first
     step and of the last five; ``clip_mean``: clip fraction averaged over steps 2..N (step 1 is
-    on-policy in both arms).
+    on-policy in every arm); ``reward_peak``, ``peak_step``, ``kl_max``: the best step's reward,
+    its number, the highest KL to the reference.
     """
     out = {}
     for coef, runs in results["ptx"].items():
@@ -513,7 +517,27 @@ def summarise(results: dict) -> dict[str, tuple[float, float, float, float]]:
         out[f"{name}_reward_last5"] = _spread([statistics.fmean(r["reward"][-5:]) for r in runs])
         out[f"{name}_kl_last5"] = _spread([statistics.fmean(r["kl"][-5:]) for r in runs])
         out[f"{name}_beta_final"] = _spread([r["beta"][-1] for r in runs])
+        out[f"{name}_reward_peak"] = _spread([max(r["reward"]) for r in runs])
+        out[f"{name}_peak_step"] = _spread([1 + r["reward"].index(max(r["reward"])) for r in runs])
+        out[f"{name}_kl_max"] = _spread([max(r["kl"]) for r in runs])
     return out
+
+
+def weight_effect(results: dict, lag: str = "") -> dict[str, int]:
+    """Seed by seed, the decoupled arm (behaviour weight) against the recomputed one (no weight) at
+    one lag (``""``: one update, ``"4"``: four): on how many seeds the weighted arm peaks higher,
+    reaches a higher KL to the reference and ends lower (reward of the last five steps)."""
+    weighted, plain = results["stale"]["decoupled" + lag], results["stale"]["recomputed" + lag]
+    pairs = list(zip(weighted, plain, strict=True))
+    return dict(
+        seeds=len(pairs),
+        peaks_higher=sum(max(w["reward"]) > max(n["reward"]) for w, n in pairs),
+        kl_higher=sum(max(w["kl"]) > max(n["kl"]) for w, n in pairs),
+        ends_lower=sum(
+            statistics.fmean(w["reward"][-5:]) < statistics.fmean(n["reward"][-5:])
+            for w, n in pairs
+        ),
+    )
 
 
 def format_summary(summary: dict) -> str:
@@ -556,27 +580,33 @@ def plot_ptx(results: dict):
 
 
 def plot_stale(results: dict):
-    """Clip fraction and reward per step for each arm of exercise 5."""
+    """Clip fraction and reward per step for each arm of exercise 5: a row per lag of the sampler
+    (one update, four updates), the on-policy arm in both; one legend, under the panels."""
     import matplotlib.pyplot as plt
 
-    labels = dict(
-        on_policy="on-policy sampling",
-        stale="one update stale, clip around the sampler",
-        decoupled="one update stale, decoupled (clip around proximal, weight)",
-        recomputed="one update stale, clip around proximal, no weight",
+    arms = dict(
+        on_policy=("on-policy sampling", "C0"),
+        stale=("stale, clip around the sampler", "C3"),
+        decoupled=("stale, decoupled: clip around the proximal policy, behaviour weight", "C2"),
+        recomputed=("stale, clip around the proximal policy, no weight", "C1"),
     )
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-    for (arm, label), color in zip(labels.items(), ("C0", "C3", "C2", "C1"), strict=True):
-        if arm in results["stale"]:
-            _band(axes[0], results["stale"][arm], "clip_frac", label, color)
-            _band(axes[1], results["stale"][arm], "reward", label, color)
-    axes[0].set_title("clip fraction (last PPO epoch of each step)", fontsize=10)
-    axes[1].set_title("mean reward (good tokens)", fontsize=10)
-    for ax in axes:
-        ax.set_xlabel("PPO step")
+    fig, axes = plt.subplots(2, 2, figsize=(11, 6.8), sharex=True)
+    for row, (suffix, lag) in zip(axes, (("", "one update"), ("4", "four updates")), strict=True):
+        for arm, (label, color) in arms.items():
+            runs = results["stale"][arm if arm == "on_policy" else arm + suffix]
+            _band(row[0], runs, "clip_frac", label, color)
+            _band(row[1], runs, "reward", label, color)
+        row[0].set_title(
+            f"sampler {lag} behind: clip fraction (last epoch of each step)", fontsize=10
+        )
+        row[1].set_title(f"sampler {lag} behind: mean reward (good tokens)", fontsize=10)
+    for ax in axes.flat:
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    for ax in axes[1]:
+        ax.set_xlabel("PPO step")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 

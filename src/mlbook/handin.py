@@ -1,16 +1,18 @@
 """Hand in: check the saved notebook and write exactly the file to upload.
 
-    python -m mlbook.handin rlhf_ppo.ipynb          # a terminal, in your work folder
+    python -m mlbook.handin NOTEBOOK.ipynb          # a terminal, in your work folder
     from mlbook.handin import handin; handin()      # or a cell of the notebook itself
 
 Steps, each said in one line: the file is saved (in a cell: every answer the kernel runs is the one
-in the saved file), named as the course expects (``rlhf_ppo.ipynb``; a copy such as
-``rlhf_ppo-Copy1.ipynb`` is handed in under the expected name), still a readable notebook whose
-graded cells are all there once, then the visible checks run (in a terminal: against the answers
-and definitions of the saved file only; checks that need the notebook's run are left to the "Check
-your work" cell). Last it writes ``to-upload/rlhf_ppo.ipynb`` beside the notebook: the saved bytes,
-unchanged. Problems with the file stop it before anything is written; failing checks do not (a
-partly done notebook still earns the points of what works).
+in the saved file), named as the course expects (``<assignment>.ipynb``, the assignment that
+``mlbook build`` wrote in the notebook's metadata; a copy such as ``<assignment>-Copy1.ipynb`` is
+handed in under the expected name), still a readable notebook whose graded cells are all there
+once, then the visible checks run (in a terminal: against the answers and definitions of the saved
+file only; checks that need the notebook's run are left to the "Check your work" cell). Last it
+writes ``to-upload/<assignment>.ipynb`` beside the notebook: the saved bytes, unchanged. Problems
+with the file stop it before anything is written; failing checks do not (a partly done notebook
+still earns the points of what works). Without a path: the kernel's own notebook in a cell, the
+working folder's assignment notebook in a terminal.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import shutil
 import sys
 import time
 
-EXPECTED = "rlhf_ppo.ipynb"
 UPLOAD_DIR = "to-upload"
 
 
@@ -132,14 +133,14 @@ def _definitions(nb: dict) -> dict:
 
 
 def handin(
-    notebook: str | pathlib.Path = EXPECTED, expected: str = EXPECTED, namespace: dict | None = None
+    notebook: str | pathlib.Path | None = None,
+    expected: str | None = None,
+    namespace: dict | None = None,
 ) -> pathlib.Path:
-    """Check ``notebook`` and write ``to-upload/<expected>`` beside it; returns the written path."""
-    from mlbook.selfcheck import check, is_extra
+    """Check ``notebook`` (default: :func:`mlbook.selfcheck.this_notebook`) and write
+    ``to-upload/<expected>`` beside it (default: its assignment's name); returns that path."""
+    from mlbook.selfcheck import assignment_of, check, is_extra, this_notebook
 
-    path = pathlib.Path(notebook).expanduser().resolve()
-    if not path.is_file():
-        raise CannotHandIn(f"{path} not found: give the path of your notebook")
     if namespace is None:
         try:
             from IPython import get_ipython
@@ -148,8 +149,19 @@ def handin(
         except ImportError:
             shell = None
         namespace = shell.user_ns if shell is not None else None
+    if notebook is None:
+        try:
+            notebook = this_notebook(namespace)
+        except FileNotFoundError as err:
+            raise CannotHandIn(str(err)) from None
+    path = pathlib.Path(notebook).expanduser().resolve()
+    if not path.is_file():
+        raise CannotHandIn(f"{path} not found: give the path of your notebook")
     saved = path.read_bytes()
     nb = read_notebook(path)
+    if expected is None:
+        name = assignment_of(nb)
+        expected = f"{name}.ipynb" if name else path.name
     age = time.time() - path.stat().st_mtime
     print(f"✓ {path.name} is a readable notebook, saved {age / 60:.0f} min ago")
     if namespace is not None:
@@ -197,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mlbook.handin [NOTEBOOK.ipynb]", file=sys.stderr)
         return 2
     try:
-        handin(args[0] if args else EXPECTED)
+        handin(args[0] if args else None)
     except CannotHandIn as err:
         print(f"cannot hand in: {err}; nothing was written", file=sys.stderr)
         return 1

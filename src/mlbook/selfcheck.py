@@ -1,7 +1,7 @@
 """Check your work before you hand it in: every visible check of the notebook, in one summary.
 
     from mlbook.selfcheck import check
-    check("rlhf_ppo.ipynb")
+    check()                      # this kernel's notebook; or check("path/to/notebook.ipynb")
 
 Runs every visible check of the notebook file (the check cell after each function and the visible
 part of the graded cells; the file is only read, never written) against the functions defined in
@@ -116,22 +116,57 @@ def _namespace() -> dict:
     return shell.user_ns
 
 
+def assignment_of(nb: dict) -> str | None:
+    """The assignment a notebook belongs to: the name ``mlbook build`` writes in its metadata."""
+    name = ((nb.get("metadata") or {}).get("mlbook") or {}).get("assignment")
+    ok = isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum()
+    return name if ok else None
+
+
+def this_notebook(
+    namespace: dict | None = None, folder: pathlib.Path | None = None
+) -> pathlib.Path:
+    """The notebook being worked on: the kernel's own (Jupyter names it in ``__session__``), or
+    the one notebook in ``folder`` (default: the working folder) named after its assignment."""
+    session = (namespace or {}).get("__session__")
+    if isinstance(session, str) and session.endswith(".ipynb") and pathlib.Path(session).is_file():
+        return pathlib.Path(session)
+    folder = pathlib.Path.cwd() if folder is None else folder
+    found = []
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            name = assignment_of(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue
+        if name is not None and path.name == f"{name}.ipynb":
+            found.append(path)
+    if len(found) != 1:
+        what = "no assignment notebook" if not found else f"{len(found)} assignment notebooks"
+        raise FileNotFoundError(f"{what} in {folder}: give the path of your notebook")
+    return found[0]
+
+
 def check(
-    notebook: str | pathlib.Path = "rlhf_ppo.ipynb",
+    notebook: str | pathlib.Path | None = None,
     namespace: dict | None = None,
     definitions_only: bool = False,
 ) -> dict:
-    """Run the visible checks of ``notebook`` in ``namespace`` (default: this kernel), print them.
+    """Run the visible checks of ``notebook`` (default: :func:`this_notebook`) in ``namespace``
+    (default: this kernel), print them.
 
     Returns {grade_id: None if the check passed, else its message}. With ``definitions_only`` (the
     namespace holds the file's imports, functions and classes, nothing it computed: in a terminal,
     ``mlbook.handin``) a check that needs a value the notebook's run computes is listed as not run.
     """
-    path = pathlib.Path(notebook)
+    ns = _namespace() if namespace is None else namespace
+    try:
+        path = pathlib.Path(notebook) if notebook is not None else this_notebook(ns)
+    except FileNotFoundError as err:  # said, not raised: Run All goes on
+        print(f"{err}: run check('path/to/your/notebook.ipynb')")
+        return {}
     if not path.exists():  # said, not raised: Run All goes on, and the line says what to do
         print(f"{path.resolve()} not found: run check('path/to/your/notebook.ipynb')")
         return {}
-    ns = _namespace() if namespace is None else namespace
     results, not_run, hidden_seen = {}, [], False
     for grade_id, src, hidden in _check_cells(path):
         hidden_seen |= hidden

@@ -426,7 +426,9 @@ def source_notebook(nb_name: str, audience: str = COURSE) -> nbformat.NotebookNo
     nb.metadata = {
         "kernelspec": KERNELSPEC,
         "language_info": {"name": "python"},
-        "mlbook": {"generated": GENERATED_NOTE.format(nb=nb_name)},
+        # an assignment's name: what `mlbook.handin` hands the notebook in as, whatever its file name
+        "mlbook": {"generated": GENERATED_NOTE.format(nb=nb_name)}
+        | ({"assignment": this.name} if this else {}),
         "title": chapter_title(cells, nb_name),  # the page title nbconvert gives the reading form
     }
     _check_unique_ids(nb)

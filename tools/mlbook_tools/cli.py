@@ -180,9 +180,8 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "handin":
         from mlbook.handin import main as handin_main
-        from mlbook_tools.config import assignment
 
-        return handin_main([args.path or f"{assignment().name}.ipynb"])
+        return handin_main([args.path] if args.path else [])
     if args.command == "new-course":
         from mlbook_tools.course import new_course
 

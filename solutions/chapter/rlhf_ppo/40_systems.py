@@ -500,7 +500,7 @@ print(f"with 4 PPO epochs instead of 1, batch 64: {shares(predict_7b(64, 4))['ge
 #    (Espeholt et al., 2018, arXiv:1802.01561) truncates importance weights to bound their variance,
 #    and OpenRLHF's correction below clamps them the same way; it is not part of Hilton et al.'s
 #    objective. `PPOConfig(behaviour_clip=(lo, hi))` switches `ppo_update` to this form, and
-#    exercise 5 measures both designs on the toy.
+#    exercise 5 measures both designs on the toy, with the sampler one and four updates behind.
 #
 # The second design is what the fully asynchronous systems of 2025 are built on. AReaL (Fu et al.,
 # 2025, arXiv:2505.24298) lets its rollout workers generate without waiting for the trainer, which

@@ -327,6 +327,11 @@ show(
 # $\pi_{\text{prox}}/\pi_{\text{sampler}}$, clamped to $[lo, hi]$. Run it with OpenRLHF's default
 # $[0.5, 5]$ next to the two arms of (a) and next to recomputation without the weight (a clamp to
 # $[1, 1]$), and say what the weight buys on this toy.
+#
+# (d) Asynchronous systems let the lag grow past one update: AReaL caps it at a configured number of
+# policy versions, PipelineRL keeps it close to zero (§4.2). `StaleBy(4)` (same module) samples with
+# the weights of four updates ago. Run the three stale arms again with it and say what changes: which
+# arm still learns steadily, and whether the behaviour weight now makes a difference.
 
 # %% stub="mlbook_solutions.exercises:importance_ratios" grade_id="ex5_stale"
 
@@ -371,6 +376,7 @@ from mlbook_solutions.exercises import (
     ratio_stats,
     stale_batch,
     summarise,
+    weight_effect,
 )
 
 ex5_results = (
@@ -403,11 +409,40 @@ for ex5_name in STALE_ARMS:
 display(Markdown("\n".join(ex5_rows)))
 show(
     plot_stale(ex5_results),
-    alt="Two panels over PPO steps, mean and min-max band over seeds for each of four arms (on-policy; one update "
-    "stale with the clip around the sampler; stale and decoupled, clip around the proximal policy with a truncated "
-    "behaviour weight; stale, clip around the proximal policy, no weight): the clip fraction of the last epoch, "
-    "highest for the stale arm, and the mean reward.",
+    alt="Four panels over PPO steps, mean and min-max band over seeds. Top row, a sampler one update behind; "
+    "bottom row, four updates behind; each row shows the on-policy arm and three stale arms (clip around the "
+    "sampler; decoupled, clip around the proximal policy with a truncated behaviour weight; clip around the "
+    "proximal policy, no weight). Left: the clip fraction of the last epoch, highest for the arm clipped around "
+    "the sampler. Right: the mean reward; four updates behind, the two arms clipped around the proximal policy "
+    "rise above the on-policy arm and fall back, while the arm clipped around the sampler climbs slowly.",
 )
+# (d) Peaks and ends, and the behaviour weight against none, seed by seed, at each lag.
+ex5_peaks = [
+    "| arm | best step's reward | its step | highest KL to the reference | reward, last 5 steps |",
+    "|---|---|---|---|---|",
+]
+for ex5_name in ("on_policy", "stale4", "decoupled4", "recomputed4"):
+    ex5_peak, ex5_step, ex5_klmax, ex5_end = (
+        ex5_summary[f"{ex5_name}_{f}"]
+        for f in ("reward_peak", "peak_step", "kl_max", "reward_last5")
+    )
+    ex5_peaks.append(
+        f"| `{ex5_name}` | {ex5_peak[0]:.2f} ± {ex5_peak[1]:.2f} [{ex5_peak[2]:.2f}, {ex5_peak[3]:.2f}] "
+        f"| {ex5_step[0]:.1f} [{ex5_step[2]:.0f}, {ex5_step[3]:.0f}] "
+        f"| {ex5_klmax[0]:.2f} ± {ex5_klmax[1]:.2f} [{ex5_klmax[2]:.2f}, {ex5_klmax[3]:.2f}] "
+        f"| {ex5_end[0]:.2f} ± {ex5_end[1]:.2f} [{ex5_end[2]:.2f}, {ex5_end[3]:.2f}] |"
+    )
+display(Markdown("\n".join(ex5_peaks)))
+ex5_e = {lag: weight_effect(ex5_results, lag) for lag in ("", "4")}
+print(
+    f"(d) behaviour weight vs none, seeds of {ex5_e['']['seeds']} where the weighted arm peaks higher, "
+    "reaches a higher KL, ends lower:"
+)
+for ex5_lag, ex5_label in (("", "one update behind"), ("4", "four updates behind")):
+    print(
+        f"   {ex5_label:19s} {ex5_e[ex5_lag]['peaks_higher']}, {ex5_e[ex5_lag]['kl_higher']}, "
+        f"{ex5_e[ex5_lag]['ends_lower']}"
+    )
 
 # (b) One batch sampled by a copy of the policy one update stale, seen from the first PPO epoch.
 ex5_policy, ex5_sampler, ex5_roll = stale_batch(seed=0, batch=64)
@@ -478,7 +513,34 @@ print(
 # clamp (the cell prints the share). In the sweep both recomputing arms clip a fraction between the on-policy and the stale arm
 # on every seed; note that their clip fraction measures the drift within an update only, while the
 # stale arm's also contains the lag of the sampler. On this toy the weight buys nothing measurable: with
-# and without it the rewards and KLs differ by less than their seed-to-seed spread. One update of lag on
-# eight-token responses is mild staleness; the weight earns its keep when the lag grows, or when an
-# inference engine's numbers differ from the trainer's at the same weights, the case OpenRLHF's
-# correction is built for.
+# and without it the rewards and KLs differ by less than their seed-to-seed spread, and which of the two
+# peaks higher changes from seed to seed. One update of lag on eight-token responses is mild
+# staleness; (d) makes it larger. The other case the truncated weight is built for, an inference
+# engine whose numbers differ from the trainer's at the same weights (§4.2), has no lag at all.
+#
+# **(d)** Four updates of lag pull apart the designs that one update left together (bottom row of the
+# figure, second table):
+#
+# * **Clip around the sampler** still learns, slowly. The lag alone now uses up the band: about half
+#   the response tokens are outside the clip range, averaged over the run, the highest clip fraction
+#   of every arm on every seed, and such a token adds no gradient when its advantage pushes it further
+#   out. The
+#   reward is still rising at the end (its best step is one of the last five on every seed), and it
+#   ends inside the on-policy arm's range.
+# * **Clip around the proximal policy**, with the weight or without, lets each update go as far as an
+#   on-policy one would. Both arms climb above the on-policy arm and push the KL to the reference
+#   further (the mean of their best steps, and of their highest KLs, is above every on-policy seed's),
+#   then give back most of what they gained and end below the on-policy arm on every seed. This rise and fall is what
+#   a feedback loop with a delay does: the KL fee and the KL the controller reads are both computed
+#   from the sampler's log-probabilities, so they charge the drift of four updates ago. (The reward and
+#   KL curves of every stale arm describe the sampled batches, so they lag too.)
+# * **The weight now matters**, and it pushes the same way as the delay: seed by seed, the weighted arm
+#   peaks higher, reaches a higher KL and ends lower than the unweighted one, on every seed, where one
+#   update behind each of these comparisons went both ways. Clamped at 5 from above, the weight enlarges
+#   the terms of the tokens the policy has moved toward since they were sampled, so the update follows
+#   the current policy's own gradient more closely and goes further in the direction the stale fee has
+#   not yet caught up with.
+#
+# The decoupled objective makes stale tokens usable; it does not make the lag free. That is why AReaL
+# bounds how many versions behind its samplers may run and PipelineRL swaps weights mid-generation:
+# both keep the delay in the loop short, and what the weight corrects is then small.

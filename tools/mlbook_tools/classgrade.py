@@ -22,7 +22,7 @@ import queue
 import sys
 import threading
 
-from mlbook_tools import classentry, grading, manual_audit, sandbox
+from mlbook_tools import classentry, gradebook, grading, manual_audit, sandbox
 from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.classgrade_worker import drive
 from mlbook_tools.classreport import entry_line, report_extra_files, report_misnamed
@@ -195,7 +195,7 @@ def _record(
     """Record a grading in the gradebook and the state file; the entry as recorded (a failure to
     record is one more problem on the student's line)."""
     try:
-        grading.record(
+        gradebook.record(
             course,
             assignment,
             entry.student,
@@ -243,7 +243,9 @@ def _fill_gradebook(course: pathlib.Path, assignment: str, kept: list[ClassEntry
     source_nb, _, _ = grading.load_course(course, assignment)
     for entry in missing:
         path = course / "autograded" / entry.student / assignment / f"{assignment}.ipynb"
-        grading.record(course, assignment, entry.student, entry.result, source_nb, path.read_text())
+        gradebook.record(
+            course, assignment, entry.student, entry.result, source_nb, path.read_text()
+        )
 
 
 class NotACourse(FileNotFoundError):

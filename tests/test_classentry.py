@@ -179,14 +179,14 @@ def test_the_state_file_round_trips_a_grading_and_a_misnamed_folder():
 
 
 def test_the_class_summary_counts_each_outcome(capsys):
-    from mlbook_tools.cli import _class_summary
+    from mlbook_tools.classreport import class_summary
 
     results = {e.student: e for e in ENTRIES.values()}
-    assert _class_summary(results) == 1  # someone was not graded
+    assert class_summary(results) == 1  # someone was not graded
     out, err = capsys.readouterr()
     assert out.startswith("1 submission graded now, 1 unchanged since their last grading"), out
     assert f"NOT GRADED, misnamed (rename, then rerun): dan: {NB}-Copy1.ipynb" in err
     assert "NOT GRADED, student id not allowed (its line above says why): 1 folder\n" in err
     assert "UNGRADED (rerun grade-class to retry): cat" in err and "UNREADABLE" not in err
     graded = {"ann": ENTRIES[Outcome.GRADED], "ben": ENTRIES[Outcome.UNCHANGED]}
-    assert _class_summary(graded) == 0 and not capsys.readouterr().err
+    assert class_summary(graded) == 0 and not capsys.readouterr().err

@@ -1,6 +1,7 @@
-"""What grade-class says, one line per student (``entry_line``), and what it finds beside the
+"""What grade-class says, one line per student (``entry_line``), what it finds beside the
 submissions it grades: a folder without the notebook (``report_misnamed``) and files beside it
-(``report_extra_files``). Every student text passes ``printable``.
+(``report_extra_files``), and its closing summary (``class_summary``). Every student text passes
+``printable``.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 
 from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.config import assignment as configured
@@ -132,3 +134,41 @@ def entry_line(entry: ClassEntry, assignment: str | None = None) -> str:
         if result.problems:
             text += "  problems: " + printable("; ".join(result.problems)[:300])
     return text + ("  (unchanged, kept)" if entry.outcome is Outcome.UNCHANGED else "")
+
+
+def class_summary(results: dict) -> int:
+    """One line on what this run did: graded now, unchanged (skipped), not graded (and why); the
+    exit status of `mlbook grade-class`."""
+    by = {o: sorted(s for s, e in results.items() if e.outcome is o) for o in Outcome}
+    now, kept = by[Outcome.GRADED], by[Outcome.UNCHANGED]
+    ungraded, misnamed, refused = by[Outcome.UNGRADED], by[Outcome.MISNAMED], by[Outcome.REFUSED]
+    unreadable = [s for s in now if results[s].result.error]
+    line = f"{len(now)} submission{'' if len(now) == 1 else 's'} graded now"
+    if kept:
+        line += f", {len(kept)} unchanged since their last grading (kept; --force regrades them)"
+    if not results:
+        line = (
+            "no submissions found: put them at submitted/<student>/<assignment>/<assignment>.ipynb"
+        )
+    print(
+        line
+        + ("; `nbgrader export` and `nbgrader generate_feedback` work on top" if results else "")
+    )
+    if unreadable:
+        print(
+            f"UNREADABLE OR REFUSED (scored 0, nothing of it run; its line above says why and what "
+            f"to do): {', '.join(unreadable)}",
+            file=sys.stderr,
+        )
+    if misnamed:
+        names = "; ".join(f"{s}: {', '.join(results[s].found) or 'empty folder'}" for s in misnamed)
+        print(f"NOT GRADED, misnamed (rename, then rerun): {names}", file=sys.stderr)
+    if refused:
+        print(
+            f"NOT GRADED, student id not allowed (its line above says why): {len(refused)} folder"
+            + "s" * (len(refused) > 1),
+            file=sys.stderr,
+        )
+    if ungraded:
+        print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
+    return 1 if ungraded or misnamed or refused or not results else 0

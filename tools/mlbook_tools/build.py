@@ -298,7 +298,7 @@ def render_all(execute: bool = True) -> dict[pathlib.Path, str]:
 def build(check: bool = False, execute: bool = True) -> int:
     """Write the generated files, or with ``check`` report (exit 1) every one that is stale.
 
-    ``check`` never executes a notebook (see the module docstring); ``execute=False`` writes the
+    ``check`` never executes a notebook (``recorded.py``); ``execute=False`` writes the
     stored outputs of unchanged checked cells instead of recording them again (a fast rebuild
     after prose edits; nbval reports any output that no longer matches the code).
 

@@ -317,9 +317,9 @@ def _cpu_clock():
     """This process in a cpuacct group of its own, and with it every worker and sandbox it starts
     (a sandbox makes its groups under its grader's); yields the group's CPU seconds so far as a
     function, or None where no group can be made."""
-    from mlbook_tools import sandbox
+    from mlbook_tools.cgroups import own_cgroup
 
-    home = sandbox._own_cgroup("cpuacct")
+    home = own_cgroup("cpuacct")
     group = _cpu_group()
     if group is None:
         yield None

@@ -1,8 +1,8 @@
 """The notebooks nbval runs and the cells it checks (not a test module): shared by test_build.py
 (what the build stores, unit) and test_nbval_checks.py (nbval and a kernel on them)."""
 
-from mlbook_tools.build import CHECK_OUTPUT
 from mlbook_tools.config import layout
+from mlbook_tools.recorded import CHECK_OUTPUT
 
 ROOT = layout().root
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"

@@ -21,7 +21,7 @@ import time
 
 import nbformat
 import pytest
-from mlbook_tools import classgrade, cli, driver, grading, meter, plugins
+from mlbook_tools import classgrade_worker, cli, driver, grading, meter, plugins
 from mlbook_tools.classentry import Outcome
 from mlbook_tools.classgrade import grade_class
 from mlbook_tools.config import layout
@@ -337,12 +337,14 @@ HANGS = "import sys, time\nsys.stdin.readline()\nsys.stdin.readline()\nprint({st
 def test_a_worker_past_its_backstop_is_stopped_at_once_and_not_retried(monkeypatch):
     """Whatever the trusted side does with a submission, its worker answers by backstop + grace."""
     monkeypatch.setattr(
-        classgrade, "WORKER", [sys.executable, "-c", HANGS.format(started=classgrade.STARTED)]
+        classgrade_worker,
+        "WORKER",
+        [sys.executable, "-c", HANGS.format(started=classgrade_worker.STARTED)],
     )
     jobs, done = queue.Queue(), queue.Queue()
     jobs.put(("mallory", "/nonexistent.ipynb", "fp", 0))
     t0 = time.monotonic()
-    classgrade._drive({"init": True}, jobs, done, start=30, backstop=3, attempts=2)
+    classgrade_worker.drive({"init": True}, jobs, done, start=30, backstop=3, attempts=2)
     took = time.monotonic() - t0
     got, notebook = done.get_nowait()
     assert got.student == "mallory" and got.outcome is Outcome.UNGRADED and notebook is None, got

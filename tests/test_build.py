@@ -12,9 +12,10 @@ import subprocess
 
 import nbformat
 import pytest
-from mlbook_tools.build import CHECK_OUTPUT, COURSE, NOT_RECORDED, RAISES, reuse_outputs
+from mlbook_tools.build import COURSE, RAISES
 from mlbook_tools.config import layout
 from mlbook_tools.execute import heading
+from mlbook_tools.recorded import CHECK_OUTPUT, NOT_RECORDED, reuse_outputs
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbval_support import RELEASE, ROOT, SANITIZE, SOLVED
 from nbval_support import checked as _checked
@@ -161,7 +162,7 @@ def test_make_html_executes_through_it():
 def test_recorded_outputs_do_not_depend_on_how_the_kernel_flushed():
     """Found by following the README: a second `mlbook build` rewrote the solved notebook because one
     cell's printing arrived as two stream messages instead of one (a flush timing, not a change)."""
-    from mlbook_tools.build import CHECK_OUTPUT, _keep_checked_outputs
+    from mlbook_tools.recorded import CHECK_OUTPUT, _keep_checked_outputs
     from nbformat.v4 import new_output
 
     def recorded(outputs):

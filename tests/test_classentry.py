@@ -7,7 +7,7 @@ import json
 
 import pytest
 from mlbook_tools.classentry import BadReply, ClassEntry, Outcome, WorkerReply
-from mlbook_tools.classgrade import _line
+from mlbook_tools.classreport import entry_line
 from mlbook_tools.result import CellGrade, GradingResult
 
 pytestmark = pytest.mark.unit
@@ -117,20 +117,20 @@ LINES = {
 
 
 @pytest.mark.parametrize("outcome", list(Outcome), ids=lambda o: o.value)
-def test_each_outcome_reads_right_on_the_instructors_line(outcome):
+def test_each_outcome_reads_right_on_the_instructorsentry_line(outcome):
     entry = ENTRIES[outcome]
     assert entry.outcome is outcome and entry.recorded == (
         outcome in (Outcome.GRADED, Outcome.UNCHANGED)
     )
-    assert _line(entry, NB) == LINES[outcome]
+    assert entry_line(entry, NB) == LINES[outcome]
 
 
-def test_a_refused_or_unreadable_file_is_graded_and_flagged_on_its_line():
+def test_a_refused_or_unreadable_file_is_graded_and_flagged_on_itsentry_line():
     refused = ClassEntry("eve", Outcome.GRADED, _result("too large: 30.0 MB (limit 20.0 MB)"))
-    line = _line(refused, NB)
+    line = entry_line(refused, NB)
     assert "REFUSED: too large: 30.0 MB" in line and "awaiting" not in line and "failed" not in line
     unreadable = ClassEntry("fay", Outcome.UNGRADED, problems=("x\x1b[2J",))
-    assert "\x1b" not in _line(unreadable, NB)  # student text never moves the terminal
+    assert "\x1b" not in entry_line(unreadable, NB)  # student text never moves the terminal
 
 
 @pytest.mark.parametrize(
@@ -179,14 +179,14 @@ def test_the_state_file_round_trips_a_grading_and_a_misnamed_folder():
 
 
 def test_the_class_summary_counts_each_outcome(capsys):
-    from mlbook_tools.cli import _class_summary
+    from mlbook_tools.classreport import class_summary
 
     results = {e.student: e for e in ENTRIES.values()}
-    assert _class_summary(results) == 1  # someone was not graded
+    assert class_summary(results) == 1  # someone was not graded
     out, err = capsys.readouterr()
     assert out.startswith("1 submission graded now, 1 unchanged since their last grading"), out
     assert f"NOT GRADED, misnamed (rename, then rerun): dan: {NB}-Copy1.ipynb" in err
     assert "NOT GRADED, student id not allowed (its line above says why): 1 folder\n" in err
     assert "UNGRADED (rerun grade-class to retry): cat" in err and "UNREADABLE" not in err
     graded = {"ann": ENTRIES[Outcome.GRADED], "ben": ENTRIES[Outcome.UNCHANGED]}
-    assert _class_summary(graded) == 0 and not capsys.readouterr().err
+    assert class_summary(graded) == 0 and not capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""grade-class's worker (``classgrade._grade_one``) and its parent thread (``_drive``), in-process: what
+"""grade-class's worker (``classgrade_worker._grade_one``) and its parent thread (``drive``), in-process: what
 a worker answers when the engine fails (not a grade: "internal", with the reason and a trace),
 when a submission is past a bound (refused, graded 0 in a second), and what the parent does with an
 "internal" answer (a fresh worker, one retry, then UNGRADED with the reason), and what `mlbook
@@ -12,9 +12,9 @@ import sys
 
 import nbformat
 import pytest
-from mlbook_tools import classgrade, grading
+from mlbook_tools import classgrade_worker, grading
 from mlbook_tools.classentry import Outcome, WorkerReply
-from mlbook_tools.classgrade import _line
+from mlbook_tools.classreport import entry_line
 from mlbook_tools.config import layout
 from mlbook_tools.limits import DEFAULT
 from ppo_checks import CHECKS
@@ -42,7 +42,7 @@ def test_an_engine_failure_is_internal_with_its_reason_and_trace(source_nb, monk
         raise RuntimeError("the engine broke " + "x" * 1000)
 
     monkeypatch.setattr(grading, "grade_submission", broken)
-    reply = classgrade._grade_one("ann", str(RELEASE), source_nb, None, b"s", _init())
+    reply = classgrade_worker._grade_one("ann", str(RELEASE), source_nb, None, b"s", _init())
     assert reply.status == "internal", reply
     assert reply.why.startswith("RuntimeError: the engine broke") and len(reply.why) < 600
     assert "broken" in reply.trace and len(reply.trace) <= 2000
@@ -53,14 +53,16 @@ def test_an_engine_failure_is_internal_with_its_reason_and_trace(source_nb, monk
 
 
 def test_an_unreadable_path_is_internal_not_a_grade(source_nb):
-    reply = classgrade._grade_one("ann", "/nonexistent/x.ipynb", source_nb, None, b"s", _init())
+    reply = classgrade_worker._grade_one(
+        "ann", "/nonexistent/x.ipynb", source_nb, None, b"s", _init()
+    )
     assert reply.status == "internal" and "No such file" in reply.why, reply
 
 
 def test_a_submission_past_a_bound_is_refused_without_grading(source_nb, monkeypatch):
     monkeypatch.setattr(grading, "grade_submission", lambda *a, **k: pytest.fail("graded"))
     small = _init(max_notebook_bytes=1000)
-    reply = classgrade._grade_one("ann", str(RELEASE), source_nb, None, b"s", small)
+    reply = classgrade_worker._grade_one("ann", str(RELEASE), source_nb, None, b"s", small)
     assert reply.status == "graded", reply
     result = reply.result
     assert result.core.score == 0 and any("too large" in p for p in result.problems), result
@@ -82,18 +84,20 @@ INTERNAL = (  # a stand-in worker: takes the init line, then answers each job "i
 def test_the_parent_retries_an_internal_answer_once_then_reports_it_ungraded(monkeypatch):
     started = []
 
-    class Worker(classgrade._Worker):
+    class Worker(classgrade_worker._Worker):
         def __init__(self, init):
             started.append(1)
             super().__init__(init)
 
     monkeypatch.setattr(
-        classgrade, "WORKER", [sys.executable, "-c", INTERNAL.format(started=classgrade.STARTED)]
+        classgrade_worker,
+        "WORKER",
+        [sys.executable, "-c", INTERNAL.format(started=classgrade_worker.STARTED)],
     )
-    monkeypatch.setattr(classgrade, "_Worker", Worker)
+    monkeypatch.setattr(classgrade_worker, "_Worker", Worker)
     jobs, done = queue.Queue(), queue.Queue()
     jobs.put(("ann", "/x.ipynb", "fp", 0))
-    classgrade._drive({"init": True}, jobs, done, start=30, backstop=30, attempts=2)
+    classgrade_worker.drive({"init": True}, jobs, done, start=30, backstop=30, attempts=2)
     got, notebook = done.get_nowait()
     assert (got.student, got.fingerprint) == ("ann", "fp") and notebook is None, got
     assert got.outcome is Outcome.UNGRADED and got.result is None and not got.recorded
@@ -101,7 +105,7 @@ def test_the_parent_retries_an_internal_answer_once_then_reports_it_ungraded(mon
     assert got.trace == "Traceback ..." and len(started) == 2  # a fresh worker for the retry
     assert done.empty() and jobs.empty()
     assert (
-        _line(got)
+        entry_line(got)
         == "ann                  UNGRADED after 2 attempts: RuntimeError: the engine broke"
     )
 

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from mlbook_tools import flags
 from mlbook_tools.classentry import ClassEntry, Outcome
-from mlbook_tools.classgrade import _line
+from mlbook_tools.classreport import entry_line
 from mlbook_tools.feedback import CoreExtraSummary
 from mlbook_tools.result import CellGrade, GradingResult
 
@@ -45,7 +45,7 @@ def _graded(student, error=None) -> ClassEntry:
     return ClassEntry(student, Outcome.GRADED, _result(error), fingerprint="fp")
 
 
-def test_refused_and_unreadable_are_told_apart_in_one_line():
+def test_refused_and_unreadable_are_told_apart_in_oneentry_line():
     refused = flags.from_error("too large: 2001 cells (limit 2000), 1.0 MB; nothing was run")
     unreadable = flags.from_error(
         "the file is not a readable notebook (JSONDecodeError: it is empty)"
@@ -62,13 +62,13 @@ def test_refused_and_unreadable_are_told_apart_in_one_line():
 
 
 def test_grade_class_line_flags_a_refused_file_and_names_failing_checks():
-    line = _line(_graded("carol", "too large: 2001 cells (limit 2000); nothing was run"), NB)
+    line = entry_line(_graded("carol", "too large: 2001 cells (limit 2000); nothing was run"), NB)
     assert "REFUSED: too large" in line and "awaiting manual grading" not in line
-    graded = _line(_graded("dave"), NB)
+    graded = entry_line(_graded("dave"), NB)
     assert "failed: test_a, test_c" in graded  # the failing core checks by name, not a count
     assert "ex_pairwise_loss_test" not in graded  # extra credit is not a failure
     assert "awaiting manual grading: 5" in graded
-    unreadable = _line(_graded("bob", "the file is not a readable notebook (x)"), NB)
+    unreadable = entry_line(_graded("bob", "the file is not a readable notebook (x)"), NB)
     assert "UNREADABLE" in unreadable and "awaiting" not in unreadable
 
 

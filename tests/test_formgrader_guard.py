@@ -105,7 +105,7 @@ def test_one_policy_header_so_formgrader_opens_inside_the_hubs_jupyterlab():
 def test_grade_class_names_a_submissions_extra_files(tmp_path):
     import io
 
-    from mlbook_tools.classgrade import report_extra_files
+    from mlbook_tools.classreport import report_extra_files
 
     for student, files in {
         "alice": [f"{ASSIGNMENT}.ipynb", "timestamp.txt", "submission_secret.txt"],

@@ -126,11 +126,11 @@ def test_every_field_has_a_docstring_and_the_help_lists_them(capsys):
 
 
 def test_the_budget_has_one_name_on_the_command_line(monkeypatch):
-    from mlbook_tools import classgrade
+    from mlbook_tools import classgrade, classreport
 
     got = {}
     monkeypatch.setattr(classgrade, "grade_class", lambda *a, **kw: got.update(kw) or {})
-    monkeypatch.setattr(cli, "_class_summary", lambda results: 0)
+    monkeypatch.setattr(classreport, "class_summary", lambda results: 0)
     course = str(pathlib.Path(__file__).resolve().parents[1] / "autograde")
     args = ["grade-class", "--course", course, "--no-sandbox"]
     assert cli.main([*args, "--budget", "42", "--limit", "budget_seconds=7"]) == 0

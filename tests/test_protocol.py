@@ -1,4 +1,4 @@
-"""The wire protocol (``mlbook_tools/inside/protocol.py``): every tag round-trips, every malformed frame is refused.
+"""The wire protocol (``mlbook_tools/inside/protocol.py``, its values ``codec.py``): every tag round-trips, every malformed frame is refused.
 
 Frames go through a real pipe. The driver's codec encodes (data and student-library types), the
 runner's codec decodes (rebuilding those types); replies go the other way and may hold only data and
@@ -14,6 +14,7 @@ import struct
 import pytest
 import torch
 from mlbook_tools.inside import protocol
+from mlbook_tools.inside.codec import Codec
 
 from mlbook.posttrain.toy_lm import DemoBatch, TinyCausalLM, ToyLMConfig
 
@@ -43,12 +44,12 @@ class _Slots:
 
 def test_every_tag_round_trips_driver_to_runner():
     kept = {}
-    runner = protocol.Codec(
+    runner = Codec(
         keep=lambda o: kept.setdefault(len(kept), o) and len(kept) - 1,
         make_handle=lambda h, t: ("H", h),
         rebuild=True,
     )
-    driver = protocol.Codec(make_handle=lambda h, t: ("remote", h, t))
+    driver = Codec(make_handle=lambda h, t: ("remote", h, t))
     model = TinyCausalLM(ToyLMConfig(init_std=0.3))
     batch = DemoBatch(torch.arange(6).reshape(2, 3), torch.full((2, 3), -100))
     value = [
@@ -101,8 +102,8 @@ def test_every_reply_tag_round_trips_runner_to_driver_and_objects_come_back_as_h
         kept.append(obj)
         return len(kept) - 1
 
-    runner = protocol.Codec(keep=keep, make_handle=lambda h, t: kept[h], rebuild=True)
-    driver = protocol.Codec(make_handle=lambda h, t: ("remote", h, t))
+    runner = Codec(keep=keep, make_handle=lambda h, t: kept[h], rebuild=True)
+    driver = Codec(make_handle=lambda h, t: ("remote", h, t))
     value = (
         torch.arange(4.0).reshape(2, 2),
         [1, "x", None],

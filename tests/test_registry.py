@@ -11,6 +11,7 @@ import jupytext
 import nbformat
 import pytest
 from mlbook_tools import build
+from mlbook_tools import fragments as rules  # the fixture `fragments` is a folder of them
 from mlbook_tools.config import assignment, layout
 from ppo_checks import CHECKS, CORE_MAX, graded
 
@@ -45,7 +46,7 @@ def test_source_notebook_test_cells_come_from_the_registry():
         assert points == check.points, gid
         assert check.call_source() in cell.source and "@graded" not in cell.source, gid
         # the visible points line is the declaration's, written by the build
-        assert f"# Graded ({build.points_phrase(check)}):" in cell.source, gid
+        assert f"# Graded ({rules.points_phrase(check)}):" in cell.source, gid
     tests = [
         g
         for g, c in cells.items()
@@ -93,15 +94,15 @@ def test_points_or_check_in_a_header_are_refused_with_the_reason(fragments):
 def test_the_fragments_use_only_known_keys():
     for frag in sorted(layout().chapters_src.glob("*/[0-9]*.py")):
         for i, cell in enumerate(jupytext.reads(frag.read_text(), fmt="py:percent").cells):
-            build._check_header(frag, i, cell)
+            rules.check_header(frag, i, cell)
 
 
 def test_points_phrase_reads_as_the_fragment_used_to_say_it():
     gae, ex = CHECKS["test_gae_matches_brute_force_and_mc_return"], CHECKS["ex4_ptx_test"]
-    assert build.points_phrase(gae) == f"{gae.points:g} points"
-    assert build.points_phrase(dataclasses.replace(gae, points=1)) == "1 point"
-    assert build.points_phrase(dataclasses.replace(ex, points=1)) == "1 point, extra credit"
-    assert build.points_phrase(dataclasses.replace(gae, points=1.5)) == "1.5 points"
+    assert rules.points_phrase(gae) == f"{gae.points:g} points"
+    assert rules.points_phrase(dataclasses.replace(gae, points=1)) == "1 point"
+    assert rules.points_phrase(dataclasses.replace(ex, points=1)) == "1 point, extra credit"
+    assert rules.points_phrase(dataclasses.replace(gae, points=1.5)) == "1.5 points"
 
 
 def test_a_hand_typed_points_line_fails_the_build(fragments):
@@ -136,7 +137,7 @@ def test_a_check_parameter_the_grader_cannot_bind_fails_the_build(fragments, mon
 
 def test_check_parameters_accept_answer_symbols_and_reference_attributes():
     cells = nbformat.read(SOURCE, as_version=4).cells
-    build.check_parameters(
+    rules.check_parameters(
         CHECKS, cells, (assignment().reference,)
     )  # the chapter's own registry passes
     # train_ppo and PPOConfig are the course's read-only code: found only in the reference
@@ -145,10 +146,10 @@ def test_check_parameters_accept_answer_symbols_and_reference_attributes():
         "PPOConfig",
     )
     with pytest.raises(ValueError, match=r"check_train_ppo .*parameter 'train_ppo'"):
-        build.check_parameters(CHECKS, cells, ("math",))  # not in that reference
+        rules.check_parameters(CHECKS, cells, ("math",))  # not in that reference
     answers_only = [c for c in cells if c.metadata["nbgrader"].get("grade_id") != "gae"]
     with pytest.raises(ValueError, match=r"check_gae .*parameter 'gae'"):
-        build.check_parameters(CHECKS, answers_only, ("math",))
+        rules.check_parameters(CHECKS, answers_only, ("math",))
 
 
 def test_docs_leave_the_core_total_to_the_registry():

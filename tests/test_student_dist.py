@@ -20,9 +20,9 @@ import zipfile
 
 import nbformat
 import pytest
-from mlbook_tools.build import MARKERS
 from mlbook_tools.config import layout
 from mlbook_tools.dist import DEV_TOOLS, student_dist, student_lock
+from mlbook_tools.excerpt import MARKERS
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 

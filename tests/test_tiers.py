@@ -129,7 +129,7 @@ def test_every_test_is_in_exactly_one_tier_and_each_tier_runs_its_kinds(tmp_path
     [
         (["/usr/bin/bwrap", "--ro-bind", "/", "/", "true"], "a sandbox"),
         ([sys.executable, "-m", "nbgrader", "autograde", "x"], "nbgrader"),
-        ([sys.executable, "-m", "mlbook_tools.classgrade", "--worker"], "a grader worker"),
+        ([sys.executable, "-m", "mlbook_tools.classgrade_worker", "--worker"], "a grader worker"),
         ([sys.executable, "-m", "mlbook_tools.cli", "grade-class"], "the grader"),
         ([os.path.join(os.path.dirname(sys.executable), "mlbook"), "grade"], "the grader"),
         ([sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"], "a Jupyter kernel"),

@@ -6,7 +6,7 @@ folder, its ``Outcome``, and the worker's reply that it was built from.
   is recorded), ``misnamed`` (no ``<assignment>.ipynb`` in the folder), ``refused`` (the student id
   is not a safe one: nothing is read). A refused-past-a-bound or unreadable *file* is graded (0, its
   ``GradingResult.error`` says why, ``flags.py`` names it); ``refused`` here is about the folder's id.
-* ``WorkerReply`` is one JSON line of a class worker (``classgrade.worker_main``), read by one
+* ``WorkerReply`` is one JSON line of a class worker (``classgrade_worker.worker_main``), read by one
   ``from_json`` that checks every field; nothing else reads a worker's raw reply.
 * The state file (``<course>/.mlbook_grading/<assignment>/<student>.json``) is written by
   ``ClassEntry.to_state`` and read by ``from_state`` alone (its JSON form is unchanged: copies of a

@@ -5,17 +5,9 @@ sandboxed engine; the parent alone writes the gradebook (no SQLite lock fights) 
 ``autograded/`` notebooks. A submission whose text, checks and engine are unchanged since its
 last grading is skipped (``--force`` regrades), so an interrupted run resumes where it stopped.
 
-The workers are plain subprocesses (``python -m mlbook_tools.classgrade --worker``) that speak one
-JSON object per line on their stdin/stdout: nothing is pickled, and the sandboxes they start
-inherit no descriptor but their runner's pipes (``sandbox.Runner`` closes every other one), so no
-student code can reach a worker's or the parent's channel. One thread in the parent drives each
-worker. A worker that dies or reports an internal error (a sandbox that cannot start, an engine
-bug) costs nothing: it is replaced and the submission is graded again; one that still cannot be
-graded is reported UNGRADED, never recorded as a grade and never cached. The backstop holds for the
-whole grading, the trusted side's reading, parsing and notebook writing too: a worker says
-"started" when it takes a submission; one that has not answered by the submission's wall-clock
-backstop (``wall_factor`` x the budget) + ``grace_seconds`` after that is killed and the submission
-reported UNGRADED at once (a second try would only take as long again). The state lives in
+The workers and the threads that drive them are ``classgrade_worker.py``: a submission that
+cannot be graded is reported UNGRADED, never recorded as a grade and never cached; what each student's
+line says, and what lies beside the submissions, is ``classreport.py``. The state lives in
 ``<course>/.mlbook_grading/<assignment>/`` (``Assignment.state``: outside ``source/``, never released).
 """
 
@@ -27,189 +19,16 @@ import json
 import os
 import pathlib
 import queue
-import subprocess
 import sys
 import threading
-import time
-import traceback
 
-from mlbook_tools import classentry, feedback, grading, manual_audit, sandbox, submission
-from mlbook_tools.classentry import BadReply, ClassEntry, Outcome, WorkerReply
+from mlbook_tools import classentry, gradebook, grading, manual_audit, sandbox
+from mlbook_tools.classentry import ClassEntry, Outcome
+from mlbook_tools.classgrade_worker import drive
+from mlbook_tools.classreport import entry_line, report_extra_files, report_misnamed
 from mlbook_tools.config import assignment as configured
 from mlbook_tools.config import source_in, state_in
-from mlbook_tools.errors import TooLarge
 from mlbook_tools.limits import GradingLimits
-from mlbook_tools.result import is_extra
-
-# ------------------------------------------------------------------------------ the worker process
-
-STARTED = json.dumps({"status": "started"})  # a worker took a submission
-WORKER = [sys.executable, "-m", "mlbook_tools.classgrade", "--worker"]
-
-
-def worker_main() -> None:
-    """Read {"init": ...} then {"student", "path"} lines on stdin; write one JSON line per submission."""
-    channel = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # whatever the engine prints goes to stderr, never into the channel
-    sys.stdout = sys.stderr
-    import torch
-
-    torch.set_num_threads(1)
-    init = json.loads(sys.stdin.readline())
-    init["limits"] = GradingLimits.from_dict(init["limits"])  # plain JSON in, every name checked
-    source_nb, checks, secret = grading.load_course(
-        pathlib.Path(init["course"]), init["assignment"]
-    )
-    for line in sys.stdin:
-        job = json.loads(line)
-        channel.write(STARTED + "\n")  # the parent's backstop counts from here
-        channel.flush()
-        reply = _grade_one(job["student"], job["path"], source_nb, checks, secret, init)
-        channel.write(reply.to_json() + "\n")
-        channel.flush()
-
-
-def _grade_one(student, path, source_nb, checks, secret, init) -> WorkerReply:
-    t0 = time.monotonic()
-    try:
-        import nbformat
-
-        limits: GradingLimits = init["limits"]
-        wall = t0 + limits.budget_seconds * limits.wall_factor  # counted from reading the file
-        try:
-            text = submission.read_submission(
-                path, limits
-            )  # bounded before it is read whole or parsed
-        except TooLarge as err:
-            result, plan = grading.refused_result(source_nb, err), None
-        else:
-            result, plan = grading.grade_submission(
-                text,
-                source_nb,
-                checks,
-                secret,
-                student,
-                trusted=init["trusted"],
-                wall_deadline=wall,
-                limits=limits,
-                assignment=init.get("assignment"),  # None: the default assignment
-            )
-        notebook = nbformat.writes(feedback.autograded_notebook(source_nb, plan, result, limits))
-    except Exception as err:  # noqa: BLE001 - not a grade: the parent retries, then reports it ungraded
-        return WorkerReply.internal(
-            f"{type(err).__name__}: {str(err)[:500]}", traceback.format_exc()[-2000:]
-        )
-    seconds = round(time.monotonic() - t0, 2)
-    return WorkerReply.graded(dataclasses.replace(result, seconds=seconds), notebook)
-
-
-class _Worker:
-    """One worker subprocess and its JSON pipe, driven by one thread of the parent."""
-
-    def __init__(self, init: dict):
-        self.proc = subprocess.Popen(
-            WORKER,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-            start_new_session=True,
-            text=True,
-        )
-        self.proc.stdin.write(json.dumps(init) + "\n")
-        self.proc.stdin.flush()
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def grade(self, student: str, path: str, start: float, backstop: float) -> WorkerReply:
-        """The worker's reply; "internal" when it died, did not take the submission within ``start``
-        seconds or wrote something that is not a reply (``WorkerReply.from_json`` says what);
-        "backstop" when it did not answer within ``backstop`` seconds of taking it."""
-        try:
-            self.proc.stdin.write(json.dumps({"student": student, "path": path}) + "\n")
-            self.proc.stdin.flush()
-            line = self.lines.get(timeout=start)
-        except queue.Empty:
-            return WorkerReply.internal(f"the grading worker did not start within {start:.0f} s")
-        except OSError:
-            line = None
-        if line is not None and line.strip() == STARTED:
-            try:
-                line = self.lines.get(timeout=backstop)
-            except queue.Empty:
-                return WorkerReply.backstop(
-                    f"its grading did not end by its wall-clock backstop + grace ({backstop:g} s) and was stopped"
-                )
-        if line is None:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            return WorkerReply.internal(f"the grading worker died (exit {self.proc.returncode})")
-        try:
-            return WorkerReply.from_json(line)
-        except BadReply as err:
-            return WorkerReply.internal(f"the grading worker's reply: {err}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self):
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self):
-        try:
-            os.killpg(self.proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-
-
-def _drive(
-    init: dict, jobs: queue.Queue, done: queue.Queue, start: float, backstop: float, attempts: int
-):
-    """One parent thread: take jobs, grade them on its worker, retry what was not a grade (but a
-    grading stopped at its backstop: a second try would take as long again)."""
-    worker = None
-    try:
-        while True:
-            try:
-                student, path, fp, attempt = jobs.get_nowait()
-            except queue.Empty:
-                return
-            if worker is None or not worker.alive():
-                worker = _Worker(init)
-            reply = worker.grade(student, path, start, backstop)  # checked: types, totals
-            if reply.status == "graded":
-                entry = ClassEntry(student, Outcome.GRADED, reply.result, fingerprint=fp)
-                done.put((entry, reply.notebook))
-                continue
-            worker.kill()  # a fresh worker for the retry (and for whatever comes next)
-            worker = None
-            if attempt + 1 < attempts and reply.status != "backstop":
-                jobs.put((student, path, fp, attempt + 1))
-            else:
-                tries = attempt + 1
-                why = f"UNGRADED after {tries} attempt{'s' * (tries > 1)}: {reply.why}"
-                entry = ClassEntry(
-                    student, Outcome.UNGRADED, fingerprint=fp, problems=(why,), trace=reply.trace
-                )
-                done.put((entry, None))
-    finally:
-        if worker is not None:
-            worker.stop()
 
 
 def _head(path: pathlib.Path, limits: GradingLimits) -> bytes:
@@ -287,7 +106,7 @@ def grade_class(
     checks_path = this.checks
     results: dict[str, ClassEntry] = refused_ids(course, assignment)  # ids outside the safe set
     for entry in results.values():
-        print(_line(entry, assignment), file=out)
+        print(entry_line(entry, assignment), file=out)
     jobs, kept = [], []  # kept: unchanged since a grading (here or copied back)
     for nb_path in sorted(course.glob(f"submitted/*/{assignment}/{assignment}.ipynb")):
         student = nb_path.parts[-3]
@@ -307,7 +126,7 @@ def grade_class(
     _fill_gradebook(course, assignment, kept)
     for entry in kept:  # a rerun says every score too, not only the regraded ones
         results[entry.student] = entry
-        print(_line(entry, assignment), file=out)
+        print(entry_line(entry, assignment), file=out)
     results.update(report_misnamed(course, assignment, out))
     report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
@@ -331,7 +150,7 @@ def grade_class(
         todo.put((student, path, fp, 0))
     threads = [
         threading.Thread(
-            target=_drive, args=(init, todo, done, start, backstop, limits.attempts), daemon=True
+            target=drive, args=(init, todo, done, start, backstop, limits.attempts), daemon=True
         )
         for _ in range(min(workers, max(len(jobs), 1)))
     ]
@@ -342,7 +161,7 @@ def grade_class(
         if entry.outcome is Outcome.GRADED:  # UNGRADED: never recorded, never cached (tried again)
             entry = _record(course, assignment, entry, source_nb, notebook)
         results[entry.student] = entry
-        line = _line(entry, assignment)
+        line = entry_line(entry, assignment)
         if bar is not None:
             bar.write(line, file=out)
             bar.update()
@@ -376,7 +195,7 @@ def _record(
     """Record a grading in the gradebook and the state file; the entry as recorded (a failure to
     record is one more problem on the student's line)."""
     try:
-        grading.record(
+        gradebook.record(
             course,
             assignment,
             entry.student,
@@ -424,7 +243,9 @@ def _fill_gradebook(course: pathlib.Path, assignment: str, kept: list[ClassEntry
     source_nb, _, _ = grading.load_course(course, assignment)
     for entry in missing:
         path = course / "autograded" / entry.student / assignment / f"{assignment}.ipynb"
-        grading.record(course, assignment, entry.student, entry.result, source_nb, path.read_text())
+        gradebook.record(
+            course, assignment, entry.student, entry.result, source_nb, path.read_text()
+        )
 
 
 class NotACourse(FileNotFoundError):
@@ -445,88 +266,6 @@ def require_course(course: pathlib.Path, assignment: str) -> None:
             f"`mlbook new-course DIR`, put submissions at DIR/submitted/<student>/{assignment}/{assignment}.ipynb, "
             "then run `mlbook grade-class --course DIR` (or run it inside DIR)"
         )
-
-
-def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, ClassEntry]:
-    """A submission folder without ``<assignment>.ipynb`` (e.g. only ``<assignment>-Copy1.ipynb``) is a
-    problem of that student, named in the results, the summary and both exports (the student is
-    added to the gradebook with no submission, the status column names the file found)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from mlbook_tools.exchange import student_id_problem
-
-    misnamed = {}
-    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
-        if (folder / f"{assignment}.ipynb").exists():
-            continue
-        student = folder.parent.name
-        if student_id_problem(student):  # refused, said once (refused_ids)
-            continue
-        found = (
-            sorted(p.name for p in folder.glob("*.ipynb"))
-            or sorted(p.name for p in folder.iterdir())[:5]
-        )
-        what = ", ".join(found) if found else "an empty folder"
-        why = f"no {assignment}.ipynb in {folder.relative_to(course)}: found {what}; rename it to {assignment}.ipynb and rerun"
-        entry = ClassEntry(student, Outcome.MISNAMED, problems=(why,), found=tuple(found))
-        misnamed[student] = entry
-        state = state_in(course, assignment) / f"{student}.json"
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps(entry.to_state()))
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-            try:
-                gb.find_student(student)
-            except MissingEntry:
-                gb.add_student(student, last_name=student, first_name="")
-        print(_line(entry, assignment), file=out)
-    return misnamed
-
-
-EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's exchange adds
-
-
-def _extra_files(folder: pathlib.Path, assignment: str, most: int) -> tuple[list[str], int]:
-    """The first ``most`` names in ``folder`` beside the notebook (sorted per folder; a folder that
-    is a link is named, never entered), and how many more (visiting at most 50 x ``most`` entries)."""
-    names, more, todo, visits = [], 0, [""], 50 * most
-    while todo and visits > 0:
-        rel = todo.pop()
-        try:
-            entries = sorted(os.scandir(folder / rel), key=lambda e: e.name, reverse=True)
-        except OSError:
-            continue
-        for entry in entries:
-            visits -= 1
-            path = os.path.join(rel, entry.name)
-            if entry.is_dir(follow_symlinks=False):
-                todo.append(path)
-                continue
-            if path in (f"{assignment}.ipynb", *EXCHANGE_FILES):
-                continue
-            if len(names) < most:
-                names.append(path)
-            else:
-                more += 1
-    return sorted(names), more
-
-
-def report_extra_files(course: pathlib.Path, assignment: str, out, most: int = 20) -> dict:
-    """One line per student whose submission folder holds more than the notebook (and the exchange's
-    files): their names, printable, for the instructor to look at as text. They are never graded,
-    copied or served (formgrader_guard answers 404 for a submission's files)."""
-    found = {}
-    for folder in sorted(course.glob(f"submitted/*/{assignment}")):
-        names, more = _extra_files(folder, assignment, most)
-        if not names:
-            continue
-        found[folder.parent.name] = names
-        shown = ", ".join(feedback.printable(n).replace("\n", "\ufffd")[:120] for n in names)
-        print(
-            f"{feedback.printable(folder.parent.name):20s} EXTRA FILES (not graded, never served; "
-            f"open them only as text): {shown}" + (f" and {more} more" if more else ""),
-            file=out,
-        )
-    return found
 
 
 def _marked(notebook: str | None, fp: str) -> str | None:
@@ -554,44 +293,3 @@ def _made_here(course: pathlib.Path, assignment: str, student: str, fp: str) -> 
     except (OSError, ValueError):
         return False
     return isinstance(meta, dict) and meta.get("fingerprint") == fp
-
-
-def _line(entry: ClassEntry, assignment: str | None = None) -> str:
-    """One student's line, by outcome. A grading (now or kept): core and extra credit, the failing
-    checks by name, what awaits a person; a refused or unreadable file its flag instead (nothing of
-    it was read: never "awaiting"). Not graded: why, and what to do. ``assignment``: its name
-    (default: the default assignment's), which a misnamed submission's flag names."""
-    from mlbook_tools.flags import from_entry
-
-    name = f"{entry.student:20s} "
-    if entry.outcome is Outcome.REFUSED:  # the id itself is unsafe: said escaped, never padded raw
-        return feedback.printable("NOT GRADED: " + "; ".join(entry.problems))
-    if entry.outcome is Outcome.UNGRADED:
-        return name + feedback.printable("; ".join(entry.problems))
-    if entry.outcome is Outcome.MISNAMED:
-        return name + "NOT GRADED: " + feedback.printable("; ".join(entry.problems))
-    result = entry.result
-    core, ex = result.core, result.extra
-    text = (
-        f"{name}core {core.score:4g}/{core.max_score:g}  extra {ex.score:g}/{ex.max_score:g}  "
-        f"{entry.seconds:6.1f} s"
-    )
-    flag = from_entry(assignment or configured().name, entry)
-    if flag is not None:
-        text += f"  {flag.line()}"
-    else:
-        failed = [
-            g.grade_id for g in result.grades.values() if not g.passed and not is_extra(g.grade_id)
-        ]
-        if failed:
-            text += "  failed: " + ", ".join(failed)
-        waiting = [*core.awaiting_manual, *ex.awaiting_manual]
-        if waiting:
-            text += f"  awaiting manual grading: {len(waiting)}"
-        if result.problems:
-            text += "  problems: " + feedback.printable("; ".join(result.problems)[:300])
-    return text + ("  (unchanged, kept)" if entry.outcome is Outcome.UNCHANGED else "")
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
-    worker_main()

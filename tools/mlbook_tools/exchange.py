@@ -44,6 +44,8 @@ from nbgrader.exchange.default.collect import ExchangeCollect, groupby
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.utils import ignore_patterns
 
+from mlbook_tools.inert import escaped
+
 STUDENT_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 STUDENT_ID_RULE = (
     "letters, digits, '.', '_', '-' (1 to 64 characters, not starting with '.' or '-')"
@@ -71,10 +73,6 @@ def submission_time(folder: str, uid: int | None) -> datetime.datetime:
             _check(path, st, uid)
             latest = max(latest, st.st_ctime)
     return datetime.datetime.fromtimestamp(latest, datetime.UTC).replace(tzinfo=None)
-
-
-def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _raise(err: OSError):
@@ -146,11 +144,9 @@ class TrustedCollect(ExchangeCollect):
 
     def _refuse(self, path: str, why: str) -> None:
         """Logged as an error (control characters shown escaped), kept in ``self.refused``."""
-        why = _printable(why.replace(self.inbound_path + os.sep, ""))
+        why = escaped(why.replace(self.inbound_path + os.sep, ""))
         self.refused.append((path, why))
-        self.log.error(
-            "REFUSED %s: %s; not collected", _printable(repr(os.path.basename(path))), why
-        )
+        self.log.error("REFUSED %s: %s; not collected", escaped(repr(os.path.basename(path))), why)
 
     def init_src(self):
         if self.coursedir.course_id == "":
@@ -214,7 +210,7 @@ class TrustedCollect(ExchangeCollect):
             self.log.error(
                 "%d submission folder(s) refused: %s",
                 len(self.refused),
-                "; ".join(_printable(repr(os.path.basename(p))) for p, _ in self.refused),
+                "; ".join(escaped(repr(os.path.basename(p))) for p, _ in self.refused),
             )
 
     def _notebooks_only(self, src: str, ignore):
@@ -234,7 +230,7 @@ class TrustedCollect(ExchangeCollect):
                     and n not in ("timestamp.txt", "submission_secret.txt")
                 )
                 if extra:
-                    shown = ", ".join(_printable(repr(n)) for n in extra[:20])
+                    shown = ", ".join(escaped(repr(n)) for n in extra[:20])
                     more = f" and {len(extra) - 20} more" if len(extra) > 20 else ""
                     self.log.warning(f"Not collected (only notebooks are): {src}: {shown}{more}")
                 out |= set(extra)
@@ -294,7 +290,7 @@ def unsafe_ids(course, assignment: str) -> dict[str, str]:
         why = student_id_problem(folder.parent.name)
         if why:
             said = f"{why}; rename the folder {folder.parent} to such an id"
-            refused[folder.parent.name] = _printable(said)
+            refused[folder.parent.name] = escaped(said)
     return refused
 
 
@@ -309,8 +305,8 @@ class SafeIdCollector(FileNameCollectorPlugin):
         if isinstance(student, str) and (why := student_id_problem(student)):
             self.log.error(
                 "REFUSED %s: %s; not collected (rename the file, or fix named_regexp)",
-                _printable(repr(os.path.basename(submitted_file))),
-                _printable(why),
+                escaped(repr(os.path.basename(submitted_file))),
+                escaped(why),
             )
             return None
         return info

@@ -25,7 +25,8 @@ import re
 
 from nbgrader.plugins import ExportPlugin
 
-from mlbook_tools.grading import assignment_points, export_course, submission_status
+from mlbook_tools.gradebook import submission_status
+from mlbook_tools.grading import assignment_points, export_course
 from mlbook_tools.result import GradingResult
 
 _TRIGGER = "=+\\-@\uff1d\uff0b\uff0d\uff20"  # = + - @ and their full-width forms

@@ -17,12 +17,7 @@ from mlbook_tools.cells import points as cell_points
 from mlbook_tools.inert import capped, fold_outputs, sanitized
 from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
 from mlbook_tools.notebook_order import merged
-from mlbook_tools.result import (  # noqa: F401 - printable: re-exported, every text passes it
-    CellGrade,
-    GradingResult,
-    is_extra,
-    printable,
-)
+from mlbook_tools.result import CellGrade, GradingResult, is_extra, printable
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 

@@ -22,6 +22,10 @@ with the instructor's session and can rewrite grades through formgrader's REST A
   address beside it as code (``text (<code>/logout</code>)``), nothing to click; only a link to a
   place in the same page (``#heading``) stays a link.
 
+Every text of a student's that a person reads passes ``printable`` (``result.py``: ``mlbook grade``
+prints without loading nbconvert), on pages ``capped``; a name they chose, in the exchange's log
+lines, ``escaped``.
+
 The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the wall behind these.
 """
 
@@ -174,6 +178,12 @@ def capped(value, limits: GradingLimits = DEFAULT) -> str:
         if len(text) <= cap
         else text[:cap] + f"\n... [{len(text) - cap} more characters not shown]"
     )
+
+
+def escaped(text: str) -> str:
+    """A name the student chose (a submission's folder or file) as the exchange's log lines show it:
+    every character that is not printable written as its Python escape, so the name stays exact."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _image(value, limits: GradingLimits) -> str | None:

@@ -19,13 +19,13 @@ from traitlets import Dict, Float, validate
 from mlbook_tools.cells import grade_id, is_solution, is_test
 from mlbook_tools.export import csv_cell, csv_writer
 from mlbook_tools.feedback import grading_notes, strip_hidden_tests, verdict_outputs
+from mlbook_tools.gradebook import submission_status
 from mlbook_tools.grading import (
     assignment_points,
     export_course,
     grade_submission,
     load_course,
     refused_result,
-    submission_status,
 )
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits, limits_from_config

@@ -12,14 +12,15 @@ import torch
 
 from mlbook_tools.errors import RemoteError, RunnerDied
 from mlbook_tools.inside import protocol
+from mlbook_tools.inside.codec import Codec
 
 if TYPE_CHECKING:
     from mlbook_tools.session import Session
 
 
-def codec(session) -> protocol.Codec:
+def codec(session) -> Codec:
     """The driver's codec: data and library types out, data and handles (as ``Remote``) in."""
-    return protocol.Codec(make_handle=lambda h, type_name: Remote(session, h, type_name))
+    return Codec(make_handle=lambda h, type_name: Remote(session, h, type_name))
 
 
 class _Attach(torch.autograd.Function):
@@ -76,7 +77,7 @@ class Remote:
 
     @property
     def _protocol_handle(self):
-        """The handle this proxy is sent as (``protocol.Codec``): a method proxy reads its method first."""
+        """The handle this proxy is sent as (``codec.Codec``): a method proxy reads its method first."""
         if self.method is None:
             return self.handle if isinstance(self.handle, int) else None
         if self._resolved is None:

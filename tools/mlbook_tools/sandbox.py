@@ -2,7 +2,7 @@
 
 What the sandbox sees, read-only: the system's /usr (binaries, shared libraries), the interpreter's
 standard library (its site-packages hidden), the installed packages that ``import torch, mlbook``
-loads, ``runner.py`` and ``protocol.py``. The packages are bound from a STAGING folder of hard links
+loads, and the files of ``inside/`` (``confine.INSIDE``). The packages are bound from a STAGING folder of hard links
 under a neutral name (``~/.cache/mlbook/sandbox/<key>/``), so the host path of the repository
 appears nowhere in the sandbox's mount table. It does not see the repository, the course folder,
 the gradebook, the grading cache, other submissions, tests/, solutions/ or ``mlbook_solutions``.

@@ -1,7 +1,7 @@
 """The process that runs a student's code, inside the sandbox. It decides nothing.
 
-It imports only the standard library, torch, IPython, the student library ``mlbook`` and ``protocol.py``
-(bound next to it: it runs where nothing else is visible). Its one argument is a JSON object:
+It imports only the standard library, torch, IPython, the student library ``mlbook``, ``protocol.py`` and
+``codec.py`` (bound next to it: it runs where nothing else is visible). Its one argument is a JSON object:
 {"fds": [requests, replies], "paths": [import roots], "limits": {rlimit name: value}}; it lowers its
 own rlimits before any request is read. It reads requests and writes replies, one frame each, in
 the format and schema of ``protocol.py`` (nothing is pickled). An ``exec`` request runs one cell
@@ -26,8 +26,10 @@ import traceback
 
 if __package__:
     from . import protocol
+    from .codec import Codec
 else:
     import protocol
+    from codec import Codec
 
 
 def _lower_limits(limits):
@@ -147,7 +149,7 @@ def main(req_fd, rep_fd):
     def owner(target):
         return handles[target] if isinstance(target, int) else namespace[target]
 
-    codec = protocol.Codec(keep=keep, make_handle=lambda h, _type: handles[h], rebuild=True)
+    codec = Codec(keep=keep, make_handle=lambda h, _type: handles[h], rebuild=True)
     _shell(namespace)  # before the first request: the start-up overlaps the driver's own imports
     try:  # what nearly every notebook imports (its font list is built here): before the first request too
         import matplotlib.pyplot  # noqa: F401

@@ -115,3 +115,7 @@ c.ExchangeFactory.collect = "mlbook_tools.exchange.TrustedCollect"
 # `nbgrader zip_collect` (submissions downloaded from an LMS): a file name that gives a student id
 # outside the safe set (mlbook_tools/exchange.py STUDENT_ID) is refused with an error line, not collected.
 c.ZipCollectApp.collector_plugin = "mlbook_tools.exchange.SafeIdCollector"
+# How it reads a downloaded file's name: `<student id>__<notebook>.ipynb` (two underscores, so ids and
+# notebook names may hold one). Without a pattern nbgrader collects nothing; for your LMS's own names,
+# set one with the groups student_id and file_id (nbgrader's FileNameCollectorPlugin).
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/]+?)__(?P<file_id>[^/]+\.ipynb)$"

@@ -1,6 +1,7 @@
 """The per-role Jupyter configuration `mlbook hub` writes (files only: no user, no hub started)."""
 
 import json
+import pathlib
 
 import pytest
 from mlbook_tools import hub
@@ -37,3 +38,29 @@ def test_hub_kernels_run_with_encrypted_channels(tmp_path):
         for config, manager in ((server, ServerKernelManager), (grader, KernelManager)):
             assert manager(config=config).transport_encryption == "auto", (role, manager)
         assert KernelManager().transport_encryption != "auto"  # what the files change
+
+
+def test_hub_says_when_students_could_read_the_solutions():
+    """`mlbook hub` warns when the checkout it runs from lets every user read the reference solutions
+    or the graded checks (the README's walk found them readable under a checkout in /tmp)."""
+    import shutil
+    import tempfile
+
+    from mlbook_tools.hub import exposed, readable_by_others
+
+    top = pathlib.Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp_path sits in a 0700 folder
+    try:
+        assert all(readable_by_others(p) for p in (top.parent, *top.parent.parents))
+        checkout = top / "checkout"
+        for sub in ("solutions/mlbook_solutions", "tests"):
+            (checkout / sub).mkdir(parents=True)
+        for folder in (top, checkout, checkout / "solutions"):
+            folder.chmod(0o755)
+        (checkout / "tests").chmod(0o750)
+        assert exposed(checkout) == [checkout / "solutions"]
+        (checkout / "tests").chmod(0o755)
+        assert exposed(checkout) == [checkout / "solutions", checkout / "tests"]
+        checkout.chmod(0o750)  # a checkout others cannot enter hides both
+        assert exposed(checkout) == [] and not readable_by_others(checkout / "solutions")
+    finally:
+        shutil.rmtree(top)

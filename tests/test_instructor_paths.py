@@ -80,11 +80,15 @@ def test_new_course_prints_the_next_commands(course):
     # in the order they are needed; a regrade must reach the feedback pages (--force)
     assert out.index("generate_assignment rlhf_ppo --force") < out.index("grade-class"), out
     assert "generate_feedback rlhf_ppo --force" in out, out
-    assert (
-        "export" in out
-        and "/formgrader" in out
-        and "submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb" in out
-    )
+    assert "Formgrader" in out and "submitted/<student>/rlhf_ppo/rlhf_ppo.ipynb" in out, out
+    # every command of the README's instructor block, in the same words (paths filled in)
+    readme = (layout().root / "README.md").read_text()
+    block = readme.split(".venv/bin/mlbook new-course", 1)[1].split("```", 1)[0]
+    commands = [ln.split("#")[0].split() for ln in block.splitlines()]
+    commands = [c for c in commands if c and c[0] in ("nbgrader", "mlbook", "jupyter")]
+    assert len(commands) >= 6, block
+    for words in commands:
+        assert " ".join(words[1:]) in out, (words, out)
 
 
 def test_grade_class_names_the_misnamed_and_the_unreadable(course):

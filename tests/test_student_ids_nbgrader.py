@@ -1,4 +1,5 @@
-"""nbgrader's own ``zip_collect``, with the course's config (no sandbox), files only safe student ids
+"""nbgrader's own ``zip_collect``, with the course's config as ``new-course`` writes it (its file-name
+pattern included; no sandbox), files only safe student ids
 (tests/test_student_ids.py tests the collector and the other ways in, in-process)."""
 
 import os
@@ -20,15 +21,10 @@ def test_nbgrader_zip_collect_files_only_safe_ids(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     course = new_course(tmp_path / "course")
     run_nbgrader(["generate_assignment", NB, "--force"], course)
-    with open(course / "nbgrader_config.py", "a") as fh:  # an LMS's download names: <id>__<file>
-        fh.write(
-            "\nc.FileNameCollectorPlugin.named_regexp = "
-            "r'.*/(?P<student_id>[^/]+)__(?P<file_id>[^/]+\\.ipynb)$'\n"
-        )
     archive = course / "downloaded" / NB / "archive"
     archive.mkdir(parents=True)
     release = (course / "release" / NB / f"{NB}.ipynb").read_text()
-    for student in ("alice", "x;=2+2", ".hidden"):
+    for student in ("alice", "x;=2+2", ".hidden"):  # the course's default names: <id>__<notebook>
         (archive / f"{student}__{NB}.ipynb").write_text(release)
     run = run_nbgrader(["zip_collect", NB], course)
     said = run.stdout + run.stderr

@@ -144,6 +144,8 @@ def test_build_refuses_to_overwrite_work_in_the_release(how, suffix, checkout):
         out = run.stdout + run.stderr
         assert run.returncode != 0, f"{cmd} did not refuse:\n{out}"
         assert f"rlhf_ppo{suffix}: not what `mlbook build` wrote" in out, out
+        shown = out.split(": not what")[0].rsplit("refused: ", 1)[-1].split(", ")
+        assert len(shown) == len(set(shown)), out  # each edited file named once
         assert "Traceback" not in out and not re.search("^wrote ", out, re.M), out
         assert (
             "mv " not in out and "cp -n " in out and "rlhf-ppo-work/rlhf_ppo-from-checkout" in out
@@ -389,12 +391,15 @@ def test_the_self_paced_lab_has_no_instructor_menus_and_no_exchange(tmp_path):
     started = _run([*MLBOOK, "start", str(work)])
     command = [ln for ln in started.stdout.splitlines() if ln.startswith("work there: ")]
     assert command and "JUPYTER_CONFIG_PATH=" in command[0], started.stdout
+    assert command[0].split(" lab ")[1].split()[0] == "rlhf_ppo.ipynb", (
+        command
+    )  # opens the notebook
+    assert ("--allow-root" in command[0]) == (os.geteuid() == 0), command  # runs as printed
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = os.urandom(8).hex()
     extra = f" --no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token}"
-    extra += " --allow-root" if os.geteuid() == 0 else ""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_CONFIG")}
     log = (tmp_path / "lab.log").open("w")
     lab = subprocess.Popen(

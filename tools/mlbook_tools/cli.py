@@ -12,6 +12,8 @@ mlbook new-course DIR                        create an nbgrader course folder (c
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
 mlbook limits [--markdown]                   every grading limit, its default and what it bounds
+mlbook hub --instructor U --students A,B     (root) a JupyterHub course on this machine: users, exchange,
+                                             the course folder, both environments (README "On a JupyterHub")
 
 `--assignment NAME` (grade, grade-class) names one of pyproject.toml's [tool.mlbook.assignments];
 the default is the first there (config.py).
@@ -149,11 +151,19 @@ def _main(argv: list[str] | None = None) -> int:
 
     if args.command == "hub":
         from mlbook_tools import hub
+        from mlbook_tools.config import layout
 
         folder = pathlib.Path(args.dir)
         students = [s.strip() for s in args.students.split(",") if s.strip()]
         pw = pathlib.Path(args.passwords) if args.passwords else None
         course = hub.setup(folder, args.instructor, students, args.ip, args.port, pw)
+        for path in hub.exposed(layout().root):
+            print(
+                f"warning: every user of this machine, students too, can read {path} (the reference "
+                f"solutions, the graded checks): chmod o-rwx {layout().root}, or keep the checkout "
+                "under /root",
+                file=sys.stderr,
+            )
         print(
             f"course folder {course} (user {args.instructor}); exchange {folder.resolve() / 'exchange'}"
         )
@@ -174,9 +184,10 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"copied {name} to {out}")
         for name in kept:
             print(f"kept your {out / name} (never overwritten)")
+        from mlbook_tools.config import assignment
         from mlbook_tools.workcopy import lab_command
 
-        print(f"work there: {lab_command(out)}")
+        print(f"work there: {lab_command(out, f'{assignment().name}.ipynb')}")
         return 0
     if args.command == "handin":
         from mlbook.handin import main as handin_main
@@ -335,11 +346,13 @@ def _next_commands(out: pathlib.Path) -> str:
         f"course folder {out}\nNext:\n"
         f"  cd {out}\n"
         f"  {nbgrader} generate_assignment {nb} --force   # release/{nb}/{nb}.ipynb\n"
-        f"  # put each submission at submitted/<student>/{nb}/{nb}.ipynb (nbgrader collect does)\n"
+        f"  # collect: put each submission at submitted/<student>/{nb}/{nb}.ipynb (nbgrader collect does;\n"
+        f"  #   or {nbgrader} zip_collect {nb} from downloaded/{nb}/archive/<student>__{nb}.ipynb)\n"
         f"  {bin_ / 'mlbook'} grade-class                    # sandboxed; fills gradebook.db and autograded/\n"
-        f"  {bin_ / 'jupyter'} server                        # formgrader at /formgrader (as root: --allow-root)\n"
+        f"  {bin_ / 'jupyter'} lab                           # Nbgrader > Formgrader (as root: --allow-root)\n"
         f"  {nbgrader} generate_feedback {nb} --force   # feedback/<student>/...html (--force: a regrade reaches it)\n"
-        f"  {nbgrader} export                       # grades.csv"
+        f"  {nbgrader} export --to grades.csv\n"
+        f"  {nbgrader} export --exporter mlbook_tools.export.WideCsvExport --to grades_wide.csv"
     )
 
 

@@ -221,6 +221,25 @@ def ensure_proxy() -> pathlib.Path:
 # ------------------------------------------------------------------------------------ setup
 
 
+def readable_by_others(path: pathlib.Path) -> bool:
+    """Whether any user can read ``path``: every folder above it searchable by others (o+x), and
+    it readable (o+r; a folder also o+x)."""
+    path = path.resolve()
+    for parent in path.parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            return False
+    mode = path.stat().st_mode
+    need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+    return mode & need == need
+
+
+def exposed(checkout: pathlib.Path) -> list[pathlib.Path]:
+    """What students must not read but can, where the checkout sits: the reference solutions and
+    the graded checks (the hub's own copy of the checkout is the instructor's only)."""
+    secret = [checkout / "solutions", checkout / "tests"]
+    return [p for p in secret if p.exists() and readable_by_others(p)]
+
+
 def setup(
     hub: pathlib.Path,
     instructor: str,

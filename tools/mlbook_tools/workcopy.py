@@ -115,7 +115,7 @@ def refuse_if_edited(planned: dict[pathlib.Path, str] | list[pathlib.Path], mani
     root = layout().root
     texts = planned if isinstance(planned, dict) else {}
     edited = []
-    for path in map(pathlib.Path, planned):
+    for path in dict.fromkeys(map(pathlib.Path, planned)):  # each file once, in order
         if not path.is_file() or path.name == MANIFEST:
             continue
         data = path.read_bytes()
@@ -150,12 +150,15 @@ STUDENT_LAB = pathlib.Path(__file__).parent / "student_lab"
 
 
 def lab_command(out: pathlib.Path, notebook: str = "") -> str:
-    """The command that opens JupyterLab on a self-paced student's work folder."""
+    """The command that opens JupyterLab on a self-paced student's work folder (as root with
+    ``--allow-root``, which Jupyter otherwise asks for and exits)."""
+    import os
     import shlex
     import sys
 
     jupyter = pathlib.Path(sys.executable).parent / "jupyter"
     args = f" {shlex.quote(notebook)}" if notebook else ""
+    args += " --allow-root" if os.geteuid() == 0 else ""
     return (
         f"cd {shlex.quote(str(out))} && JUPYTER_CONFIG_PATH={shlex.quote(str(STUDENT_LAB))} "
         f"{shlex.quote(str(jupyter))} lab{args}"

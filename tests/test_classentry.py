@@ -125,6 +125,25 @@ def test_each_outcome_reads_right_on_the_instructorsentry_line(outcome):
     assert entry_line(entry, NB) == LINES[outcome]
 
 
+def test_the_line_says_the_gradebook_s_scores_once_a_person_graded():
+    """After a manual grade in formgrader, the line's totals and what awaits a person are the
+    gradebook's (those of the exports and the feedback page); the failing checks stay named."""
+    entry = ENTRIES[Outcome.UNCHANGED]
+    result = entry.result
+    booked = {  # ex1_essay graded by hand: 2 points of extra credit; a core cell overridden to 3
+        **result.to_dict(),
+        "score": 5.0,
+        "awaiting_manual": [],
+        "extra_credit": {"score": 3.0, "max_score": 3.0, "awaiting_manual": []},
+    }
+    line = entry_line(entry, NB, booked)
+    assert line.startswith("ben                  core    5/5  extra 3/3 "), line
+    assert "failed: test_clip" in line and "awaiting" not in line, line
+    assert entry_line(entry, NB, {**booked, "extra_credit": result.extra.to_dict()}).count(
+        "awaiting manual grading: 1"
+    )  # still waiting in the gradebook: still said
+
+
 def test_a_refused_or_unreadable_file_is_graded_and_flagged_on_itsentry_line():
     refused = ClassEntry("eve", Outcome.GRADED, _result("too large: 30.0 MB (limit 20.0 MB)"))
     line = entry_line(refused, NB)

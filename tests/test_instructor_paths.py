@@ -211,3 +211,38 @@ def test_a_rerun_prints_every_score_and_names_the_failing_checks(course):
     bob = [ln for ln in first.stdout.splitlines() if ln.startswith("bob ")]
     assert bob and "UNREADABLE: " in bob[0] and "awaiting manual grading" not in bob[0], bob
     assert "grade-class" in bob[0]  # what to do
+
+
+def test_a_manual_grade_reaches_the_grade_class_line(course):
+    """The README walk: after a person graded a written answer in formgrader, grade-class's line still
+    said the autograder's extra credit while the gradebook, the exports and the feedback said more."""
+    import re
+
+    from nbgrader.api import Gradebook
+
+    root, _, _, again = course
+
+    def extra(run):
+        carol = [ln for ln in run.stdout.splitlines() if ln.startswith("carol ")]
+        assert len(carol) == 1, run.stdout + run.stderr
+        return float(re.search(r"extra ([\d.]+)/", carol[0]).group(1))
+
+    url = f"sqlite:///{root / 'gradebook.db'}"
+    with Gradebook(url) as gb:  # as formgrader's extra-credit box saves it
+        written = [
+            g
+            for nb in gb.find_submission(NB, "carol").notebooks
+            for g in nb.grades
+            if g.cell.cell_type == "markdown"
+        ]
+        grade = written[0]
+        name, grade.manual_score, grade.extra_credit = grade.name, 0.0, 2.0
+        gb.db.commit()
+    try:
+        rerun = _run([*MLBOOK, "grade-class", "--workers", "1"], cwd=root)
+        assert extra(rerun) == extra(again) + 2.0, (name, rerun.stdout)
+    finally:
+        with Gradebook(url) as gb:
+            grade = gb.find_grade(name, NB, NB, "carol")
+            grade.manual_score, grade.extra_credit = None, None
+            gb.db.commit()

@@ -126,7 +126,7 @@ def grade_class(
     _fill_gradebook(course, assignment, kept)
     for entry in kept:  # a rerun says every score too, not only the regraded ones
         results[entry.student] = entry
-        print(entry_line(entry, assignment), file=out)
+        print(entry_line(entry, assignment, _booked(course, assignment, entry)), file=out)
     results.update(report_misnamed(course, assignment, out))
     report_extra_files(course, assignment, out)
     workers = workers or os.cpu_count() or 1
@@ -161,7 +161,7 @@ def grade_class(
         if entry.outcome is Outcome.GRADED:  # UNGRADED: never recorded, never cached (tried again)
             entry = _record(course, assignment, entry, source_nb, notebook)
         results[entry.student] = entry
-        line = entry_line(entry, assignment)
+        line = entry_line(entry, assignment, _booked(course, assignment, entry))
         if bar is not None:
             bar.write(line, file=out)
             bar.update()
@@ -210,6 +210,19 @@ def _record(
     state = state_in(course, assignment) / f"{entry.student}.json"
     state.write_text(json.dumps(entry.to_state(), default=str))
     return entry
+
+
+def _booked(course: pathlib.Path, assignment: str, entry: ClassEntry) -> dict | None:
+    """The gradebook's scores of a graded submission (what a person graded in formgrader included),
+    for its line; None when it holds none (a submission the run did not record)."""
+    from nbgrader.api import MissingEntry
+
+    if entry.outcome not in (Outcome.GRADED, Outcome.UNCHANGED) or entry.result is None:
+        return None
+    try:
+        return grading.read_scores(course / "gradebook.db", assignment, entry.student)
+    except MissingEntry:
+        return None
 
 
 def _fill_gradebook(course: pathlib.Path, assignment: str, kept: list[ClassEntry]) -> None:

@@ -14,7 +14,7 @@ import sys
 from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.config import assignment as configured
 from mlbook_tools.config import state_in
-from mlbook_tools.result import is_extra, printable
+from mlbook_tools.result import Part, is_extra, printable
 
 
 def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, ClassEntry]:
@@ -99,11 +99,13 @@ def report_extra_files(course: pathlib.Path, assignment: str, out, most: int = 2
     return found
 
 
-def entry_line(entry: ClassEntry, assignment: str | None = None) -> str:
+def entry_line(entry: ClassEntry, assignment: str | None = None, booked: dict | None = None) -> str:
     """One student's line, by outcome. A grading (now or kept): core and extra credit, the failing
     checks by name, what awaits a person; a refused or unreadable file its flag instead (nothing of
     it was read: never "awaiting"). Not graded: why, and what to do. ``assignment``: its name
-    (default: the default assignment's), which a misnamed submission's flag names."""
+    (default: the default assignment's), which a misnamed submission's flag names. ``booked``: the
+    gradebook's scores of the submission (``grading.read_scores``), which hold what a person graded
+    in formgrader: the totals and what still awaits a person are then the exports' and the feedback's."""
     from mlbook_tools.flags import from_entry
 
     name = f"{entry.student:20s} "
@@ -115,6 +117,10 @@ def entry_line(entry: ClassEntry, assignment: str | None = None) -> str:
         return name + "NOT GRADED: " + printable("; ".join(entry.problems))
     result = entry.result
     core, ex = result.core, result.extra
+    if booked is not None:  # one score everywhere: manual grades and overrides included
+        core = Part(booked["score"], core.max_score, booked["awaiting_manual"])
+        extra = booked["extra_credit"]
+        ex = Part(extra["score"], ex.max_score, extra["awaiting_manual"])
     text = (
         f"{name}core {core.score:4g}/{core.max_score:g}  extra {ex.score:g}/{ex.max_score:g}  "
         f"{entry.seconds:6.1f} s"

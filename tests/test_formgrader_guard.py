@@ -133,3 +133,12 @@ def test_grade_class_names_a_submissions_extra_files(tmp_path):
     assert lines[0].startswith("eve") and lines[0].endswith("and 11 more"), lines[0]
     assert "EXTRA FILES" in lines[1] and "figs/derivation.html" in lines[1], lines[1]
     assert not (tmp_path / "autograded").exists()  # named only: copied nowhere
+    # a misnamed notebook is named once, on its NOT GRADED line, not again as an extra file
+    from mlbook_tools.classentry import ClassEntry, Outcome
+
+    copy1 = f"{ASSIGNMENT}-Copy1.ipynb"
+    (tmp_path / "submitted" / "dan" / ASSIGNMENT).mkdir(parents=True)
+    (tmp_path / "submitted" / "dan" / ASSIGNMENT / copy1).write_text("x")
+    dan = ClassEntry("dan", Outcome.MISNAMED, problems=("misnamed",), found=(copy1,))
+    assert report_extra_files(tmp_path, ASSIGNMENT, io.StringIO())["dan"] == [copy1]
+    assert "dan" not in report_extra_files(tmp_path, ASSIGNMENT, io.StringIO(), said={"dan": dan})

@@ -128,7 +128,7 @@ def grade_class(
         results[entry.student] = entry
         print(entry_line(entry, assignment, _booked(course, assignment, entry)), file=out)
     results.update(report_misnamed(course, assignment, out))
-    report_extra_files(course, assignment, out)
+    report_extra_files(course, assignment, out, said=results)
     workers = workers or os.cpu_count() or 1
     source_nb, _, _ = grading.load_course(course, assignment)
     bar = None

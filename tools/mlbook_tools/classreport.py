@@ -80,13 +80,18 @@ def _extra_files(folder: pathlib.Path, assignment: str, most: int) -> tuple[list
     return sorted(names), more
 
 
-def report_extra_files(course: pathlib.Path, assignment: str, out, most: int = 20) -> dict:
+def report_extra_files(
+    course: pathlib.Path, assignment: str, out, most: int = 20, said: dict | None = None
+) -> dict:
     """One line per student whose submission folder holds more than the notebook (and the exchange's
     files): their names, printable, for the instructor to look at as text. They are never graded,
-    copied or served (formgrader_guard answers 404 for a submission's files)."""
+    copied or served (formgrader_guard answers 404 for a submission's files). ``said``: student ->
+    the class entry already printed for them (a misnamed notebook is named once, on its own line)."""
     found = {}
     for folder in sorted(course.glob(f"submitted/*/{assignment}")):
         names, more = _extra_files(folder, assignment, most)
+        entry = (said or {}).get(folder.parent.name)
+        names = [n for n in names if entry is None or n not in entry.found]
         if not names:
             continue
         found[folder.parent.name] = names

@@ -28,6 +28,13 @@ FLAGS = [
     # no host but the test's own servers resolves: every page here is served offline
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 ]
+# formgrader's grading page (nbgrader's formgrade.js) saves a score or comment on its change event only
+# once the page has fetched its grades and comments (each input's view is bound then), and MathJax's
+# start-up, when it ends, moves the focus to the first input: what is typed before both is not saved.
+FORMGRADER_READY = (
+    "return !!(window.formgrader && formgrader.loaded && formgrader.grades.loaded"
+    " && formgrader.comments.loaded && window.MathJax && MathJax.loaded)"
+)
 
 
 def have_chromium() -> bool:

@@ -40,7 +40,7 @@ import urllib.request
 
 import nbformat
 import pytest
-from browser_support import BIN, chrome, have_chromium
+from browser_support import BIN, FORMGRADER_READY, chrome, have_chromium
 from mlbook_tools import hub as H
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores
@@ -507,6 +507,7 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     )
     browser.get(f"{base}/user/{TEACH}/formgrader/submissions/{nb_id}/")
     wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    wait.until(lambda d: d.execute_script(FORMGRADER_READY))  # typed before: not saved
     box = wait.until(lambda d: d.find_element(By.ID, WRITTEN))
     box.clear()
     box.send_keys("0")

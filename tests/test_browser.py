@@ -296,7 +296,13 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         score.clear()
         score.send_keys("0")
         extra = browser.find_element(By.ID, f"{gid}_extra_credit")
-        extra.clear()
+        extra.clear()  # leaving the score box saves it: the extra credit after (FORMGRADER_READY)
+
+        def score_saved(_):
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+                return gb.find_grade(gid, "rlhf_ppo", "rlhf_ppo", "alice").manual_score == 0
+
+        WebDriverWait(browser, 90, poll_frequency=0.5).until(score_saved)
         extra.send_keys("0.5")
         box = browser.find_element(By.ID, f"{gid}-comment")
         box.clear()

@@ -512,7 +512,13 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     box.clear()
     box.send_keys("0")
     extra = browser.find_element(By.ID, f"{WRITTEN}_extra_credit")
-    extra.clear()
+    extra.clear()  # leaving the score box saves it: the extra credit after (FORMGRADER_READY)
+
+    def score_saved(_):
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            return gb.find_grade(WRITTEN, NB, NB, ALICE).manual_score == 0
+
+    WebDriverWait(browser, 90, poll_frequency=0.5).until(score_saved)
     extra.send_keys("1" + Keys.TAB)
 
     def saved(_):

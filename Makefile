@@ -102,7 +102,7 @@ ALONE  := tests/test_load.py
 test-full: env
 	$(PYTEST) -m full $(XDIST) --deselect $(ALONE) tests
 	$(PYTEST) $(ALONE)
-	ATEN_CPU_CAPABILITY=default $(PYTEST) $(XDIST) $(NBVAL) solutions/notebooks/
+	ATEN_CPU_CAPABILITY=default $(PYTEST) $(NBVAL) solutions/notebooks/
 
 # The plain-nbgrader reference scores of the fairness styles (tests/data/fairness_reference.json):
 # recompute the entries whose fingerprint moved (a new style, an edited chapter code cell, nbgrader).

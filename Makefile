@@ -75,7 +75,11 @@ lint: env
 #             under load (every core busy), the JupyterHub course, formgrader's manual grading in a
 #             browser, the dist installed in a fresh venv, three more build guards, the long-command
 #             progress lines, the class backstop, the 20-seed sweep, 17 more torchrun exits; then the solved notebooks
-#             again on the portable kernels.
+#             again on the portable kernels. On pytest-xdist as make test's heavy lane (the full tier of the
+#             graded class on one worker, the other files on the other), but for tests/test_load.py: it
+#             compares grades on the machine as it is with grades with every core busy, so it runs after the
+#             others, on its own (a busy worker beside it would load its first grading; its busy cores, the
+#             other worker's tests).
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 HEAVY := sandbox or nbgrader or classrun or browser or notebook or slow or stress
 PYTEST := $(BIN)/python -m pytest -q --durations=15
@@ -93,8 +97,11 @@ test: check
 	$(PYTEST) -m "($(HEAVY)) and not full" $(XDIST) tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
 	ATEN_CPU_CAPABILITY=default $(PYTEST) -m "portable and not full" tests
 
+ALONE  := tests/test_load.py
+
 test-full: env
-	$(PYTEST) -m full tests
+	$(PYTEST) -m full $(XDIST) --deselect $(ALONE) tests
+	$(PYTEST) $(ALONE)
 	ATEN_CPU_CAPABILITY=default $(PYTEST) $(NBVAL) solutions/notebooks/
 
 # The plain-nbgrader reference scores of the fairness styles (tests/data/fairness_reference.json):

@@ -28,6 +28,16 @@ FLAGS = [
     # no host but the test's own servers resolves: every page here is served offline
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 ]
+# formgrader's grading page (nbgrader's formgrade.js) saves a score or comment on its change event only
+# once the page has fetched its grades and comments (each input's view is bound then): what is typed
+# before is not saved.
+# Each change saves the whole grade (score and extra credit): two saves in flight may arrive in either
+# order, the score's overwriting the extra credit's, so a test types the extra credit once the score is
+# in the gradebook.
+FORMGRADER_READY = (
+    "return !!(window.formgrader && formgrader.grades && formgrader.grades.loaded"
+    " && formgrader.comments && formgrader.comments.loaded)"
+)
 
 
 def have_chromium() -> bool:

@@ -40,9 +40,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (make test's heavy lane, ``-n auto``): the tests of a file run on one worker,
-    so its module fixtures start once and nbval runs a notebook's cells in one kernel, and the files
-    that read the graded class run on one worker, so the session fixture grades it once."""
+    """Under pytest-xdist (make test's heavy lane and make test-full, ``-n auto``): the tests of a
+    file run on one worker, so its module fixtures start once and nbval runs a notebook's cells in
+    one kernel, and the files that read the graded class run on one worker, so the session fixture
+    grades it once."""
     if config.getvalue("dist") not in ("load", "loadscope", "loadfile", "loadgroup"):
         return None
     from xdist.scheduler import LoadScopeScheduling

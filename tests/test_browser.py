@@ -26,7 +26,7 @@ import subprocess
 
 import nbformat
 import pytest
-from browser_support import BIN, Server, chrome, have_chromium
+from browser_support import BIN, FORMGRADER_READY, Server, chrome, have_chromium
 from browser_support import offline as _offline
 from mlbook_tools.config import layout
 from mlbook_tools.mathjax import URL as MATHJAX_URL
@@ -289,13 +289,20 @@ def test_instructor_grades_a_written_answer_in_formgrader(browser, tmp_path):
         wait.until(lambda d: "alice" in d.find_element(By.TAG_NAME, "body").text)
         assert "None, None" not in browser.find_element(By.TAG_NAME, "body").text
         browser.get(server.url(f"/formgrader/submissions/{nb_id}/"))
+        wait.until(lambda d: d.execute_script(FORMGRADER_READY))  # typed before: not saved
         # An exercise's written answer is extra credit: its nbgrader points are 0, so the score box
         # takes 0 (graded) and the points go in the cell's "extra credit" box.
         score = wait.until(lambda d: d.find_element(By.ID, gid))
         score.clear()
         score.send_keys("0")
         extra = browser.find_element(By.ID, f"{gid}_extra_credit")
-        extra.clear()
+        extra.clear()  # leaving the score box saves it: the extra credit after (FORMGRADER_READY)
+
+        def score_saved(_):
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+                return gb.find_grade(gid, "rlhf_ppo", "rlhf_ppo", "alice").manual_score == 0
+
+        WebDriverWait(browser, 90, poll_frequency=0.5).until(score_saved)
         extra.send_keys("0.5")
         box = browser.find_element(By.ID, f"{gid}-comment")
         box.clear()

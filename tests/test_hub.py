@@ -40,7 +40,7 @@ import urllib.request
 
 import nbformat
 import pytest
-from browser_support import BIN, chrome, have_chromium
+from browser_support import BIN, FORMGRADER_READY, chrome, have_chromium
 from mlbook_tools import hub as H
 from mlbook_tools.config import layout
 from mlbook_tools.grading import read_scores
@@ -507,11 +507,18 @@ def test_release_fetch_submit_collect_grade_feedback_on_a_hub(hub, browser):
     )
     browser.get(f"{base}/user/{TEACH}/formgrader/submissions/{nb_id}/")
     wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    wait.until(lambda d: d.execute_script(FORMGRADER_READY))  # typed before: not saved
     box = wait.until(lambda d: d.find_element(By.ID, WRITTEN))
     box.clear()
     box.send_keys("0")
     extra = browser.find_element(By.ID, f"{WRITTEN}_extra_credit")
-    extra.clear()
+    extra.clear()  # leaving the score box saves it: the extra credit after (FORMGRADER_READY)
+
+    def score_saved(_):
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            return gb.find_grade(WRITTEN, NB, NB, ALICE).manual_score == 0
+
+    WebDriverWait(browser, 90, poll_frequency=0.5).until(score_saved)
     extra.send_keys("1" + Keys.TAB)
 
     def saved(_):

@@ -70,16 +70,18 @@ lint: env
 #             those that need the student's answers, may fail). Then the tests that compare a trained or
 #             sampled number with a stored one run again on torch's portable (non-vectorised) kernels, so
 #             a result that holds only on this CPU's instruction set fails here, not on another machine.
-# test-full - what make test leaves out, CI runs it right after (tests marked `full`, about 15 minutes):
+# test-full - what make test leaves out, CI runs it right after (tests marked `full`, about 12 minutes):
 #             a second graded class (the catalog's costliest entries, the other fairness styles), grades
 #             under load (every core busy), the JupyterHub course, formgrader's manual grading in a
 #             browser, the dist installed in a fresh venv, three more build guards, the long-command
 #             progress lines, the class backstop, the 20-seed sweep, 17 more torchrun exits; then the solved notebooks
 #             again on the portable kernels. On pytest-xdist as make test's heavy lane (the full tier of the
-#             graded class on one worker, the other files on the other), but for tests/test_load.py: it
-#             compares grades on the machine as it is with grades with every core busy, so it runs after the
-#             others, on its own (a busy worker beside it would load its first grading; its busy cores, the
-#             other worker's tests).
+#             graded class on one worker, the other files on the other), but for ALONE, run after the others,
+#             on their own: tests/test_load.py compares grades on the machine as it is with grades with every
+#             core busy (a busy worker beside it would load its first grading; its busy cores, the other
+#             worker's tests), and the 17 torchrun exits, where a gloo rank still aborts at exit now and
+#             then when another worker loads the machine (1 run in 17, once; a defect of the DDP program's
+#             exit to fix in solutions/, not a reason to hide it: it runs in every CI).
 NBVAL := --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg
 HEAVY := sandbox or nbgrader or classrun or browser or notebook or slow or stress
 PYTEST := $(BIN)/python -m pytest -q --durations=15
@@ -97,10 +99,10 @@ test: check
 	$(PYTEST) -m "($(HEAVY)) and not full" $(XDIST) tests $(NBVAL) solutions/notebooks/ chapters/*.ipynb
 	ATEN_CPU_CAPABILITY=default $(PYTEST) -m "portable and not full" tests
 
-ALONE  := tests/test_load.py
+ALONE  := tests/test_load.py 'tests/test_slow.py::test_ddp_torchrun_exits_cleanly_every_time[17]'
 
 test-full: env
-	$(PYTEST) -m full $(XDIST) --deselect $(ALONE) tests
+	$(PYTEST) -m full $(XDIST) $(addprefix --deselect ,$(ALONE)) tests
 	$(PYTEST) $(ALONE)
 	ATEN_CPU_CAPABILITY=default $(PYTEST) $(NBVAL) solutions/notebooks/
 

@@ -11,37 +11,9 @@ received handle into a proxy (``make_handle``). Like ``protocol.py`` it enters t
 import math
 
 if __package__:  # the trusted side: mlbook_tools.inside.codec
-    from .protocol import (
-        DATACLASS,
-        DICT,
-        DTYPES,
-        FLOAT,
-        HANDLE,
-        MAX_VALUE_DEPTH,
-        MODULE,
-        NAMEDTUPLE,
-        REBUILDABLE,
-        TENSOR,
-        TUPLE,
-        TYPE,
-        ProtocolError,
-    )
+    from . import protocol
 else:  # the sandbox: a plain script beside /sandbox/protocol.py
-    from protocol import (
-        DATACLASS,
-        DICT,
-        DTYPES,
-        FLOAT,
-        HANDLE,
-        MAX_VALUE_DEPTH,
-        MODULE,
-        NAMEDTUPLE,
-        REBUILDABLE,
-        TENSOR,
-        TUPLE,
-        TYPE,
-        ProtocolError,
-    )
+    import protocol
 
 
 class Codec:
@@ -52,7 +24,7 @@ class Codec:
         import torch
 
         self.torch = torch
-        self.dtypes = {name: getattr(torch, name) for name in DTYPES}
+        self.dtypes = {name: getattr(torch, name) for name in protocol.DTYPES}
         self.names = {v: k for k, v in self.dtypes.items()}
         self.keep, self.make_handle, self.rebuild = keep, make_handle, rebuild
 
@@ -70,12 +42,12 @@ class Codec:
             meta["requires_grad"] = True
             leaves.append(src)
         blobs.append((meta, raw))
-        return {TENSOR: len(blobs) - 1}
+        return {protocol.TENSOR: len(blobs) - 1}
 
     def encode(self, x, blobs, leaves=None, depth=0):
         """Any Python value -> a schema value. ``leaves`` (driver side) collects tensors that require grad."""
         torch = self.torch
-        if depth > MAX_VALUE_DEPTH:
+        if depth > protocol.MAX_VALUE_DEPTH:
             raise ValueError("a value nested too deeply")
         if isinstance(x, torch.Tensor):
             return self.tensor_out(x, blobs, leaves)
@@ -84,14 +56,14 @@ class Codec:
         if type(x) is int:
             return x if abs(x) < 2**53 else float(x)
         if type(x) is float:
-            return x if math.isfinite(x) else {FLOAT: str(x)}
+            return x if math.isfinite(x) else {protocol.FLOAT: str(x)}
         if type(x) is list:
             return [self.encode(v, blobs, leaves, depth + 1) for v in x[:100000]]
         if type(x) is tuple:
-            return {TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in x[:100000]]}
+            return {protocol.TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in x[:100000]]}
         if type(x) is dict and all(type(k) is str for k in x):
             return {
-                DICT: [
+                protocol.DICT: [
                     [k, self.encode(v, blobs, leaves, depth + 1)]
                     for k, v in list(x.items())[:10000]
                 ]
@@ -104,7 +76,7 @@ class Codec:
             items = tuple.__getitem__(
                 x, slice(0, 100000)
             )  # the stored items, whatever the class overrides
-            return {TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in items]}
+            return {protocol.TUPLE: [self.encode(v, blobs, leaves, depth + 1) for v in items]}
         if isinstance(x, list):  # a list subclass: a plain list of its stored items
             return [
                 self.encode(v, blobs, leaves, depth + 1)
@@ -114,7 +86,9 @@ class Codec:
             type(k) is str for k in dict.keys(x)
         ):  # OrderedDict, defaultdict
             pairs = list(dict.items(x))[:10000]
-            return {DICT: [[k, self.encode(v, blobs, leaves, depth + 1)] for k, v in pairs]}
+            return {
+                protocol.DICT: [[k, self.encode(v, blobs, leaves, depth + 1)] for k, v in pairs]
+            }
         if isinstance(
             x, bool | int | float
         ):  # a subclass of a number (runs its own __float__/__int__ here)
@@ -126,28 +100,36 @@ class Codec:
                 return self.tensor_out(torch.as_tensor(x), blobs)
             except Exception:  # noqa: BLE001
                 pass
-        return {HANDLE: self.keep(x), TYPE: type(x).__name__[:100]}
+        return {protocol.HANDLE: self.keep(x), protocol.TYPE: type(x).__name__[:100]}
 
     def _encode_rebuildable(self, x, blobs, leaves, depth):
         import dataclasses
 
         name = f"{type(x).__module__}.{type(x).__qualname__}"
-        if isinstance(x, self.torch.nn.Module) and name.startswith(REBUILDABLE):
+        if isinstance(x, self.torch.nn.Module) and name.startswith(protocol.REBUILDABLE):
             grad = any(p.requires_grad for p in x.parameters())
             state = {k: self.tensor_out(v.detach(), blobs) for k, v in x.state_dict().items()}
             if grad and leaves is not None:
                 leaves.extend(p for _, p in x.named_parameters())
             config = self.encode(getattr(x, "cfg", None), blobs, None, depth + 1)
-            return {MODULE: {"type": name, "config": config, "state": state, "grad": grad}}
-        if dataclasses.is_dataclass(x) and not isinstance(x, type) and name.startswith(REBUILDABLE):
+            return {protocol.MODULE: {"type": name, "config": config, "state": state, "grad": grad}}
+        if (
+            dataclasses.is_dataclass(x)
+            and not isinstance(x, type)
+            and name.startswith(protocol.REBUILDABLE)
+        ):
             fields = {
                 f.name: self.encode(getattr(x, f.name), blobs, leaves, depth + 1)
                 for f in dataclasses.fields(x)
             }
-            return {DATACLASS: {"type": name, "fields": fields}}
-        if isinstance(x, tuple) and hasattr(type(x), "_fields") and name.startswith(REBUILDABLE):
+            return {protocol.DATACLASS: {"type": name, "fields": fields}}
+        if (
+            isinstance(x, tuple)
+            and hasattr(type(x), "_fields")
+            and name.startswith(protocol.REBUILDABLE)
+        ):
             return {
-                NAMEDTUPLE: {
+                protocol.NAMEDTUPLE: {
                     "type": name,
                     "items": [self.encode(v, blobs, leaves, depth + 1) for v in x],
                 }
@@ -156,7 +138,7 @@ class Codec:
             x, "_protocol_handle", None
         )  # a proxy of an object that lives in the runner
         if handle is not None:
-            return {HANDLE: handle}
+            return {protocol.HANDLE: handle}
         raise TypeError(f"cannot send a {type(x).__name__} to the sandbox")
 
     # -------------------------------------------------------------- in
@@ -176,36 +158,44 @@ class Codec:
     def decode(self, x, blobs, metas, leaves=None, tensors=None, depth=0):
         """A schema value -> Python. ``leaves`` (runner side) collects received tensors that require grad;
         ``tensors`` collects (decoded tensor, index) of every tensor argument."""
-        if depth > MAX_VALUE_DEPTH + 4:
-            raise ProtocolError("malformed value: nested too deeply")
+        if depth > protocol.MAX_VALUE_DEPTH + 4:
+            raise protocol.ProtocolError("malformed value: nested too deeply")
         if isinstance(x, list):
             return [self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in x]
         if not isinstance(x, dict):
             return x
-        if TENSOR in x:
-            t = self.tensor_in(x[TENSOR], blobs, metas)
-            if metas[x[TENSOR]].get("requires_grad") and leaves is not None:
+        if protocol.TENSOR in x:
+            t = self.tensor_in(x[protocol.TENSOR], blobs, metas)
+            if metas[x[protocol.TENSOR]].get("requires_grad") and leaves is not None:
                 t.requires_grad_(True)
                 leaves.append(t)
             if tensors is not None:
-                tensors.append((t, x[TENSOR]))
+                tensors.append((t, x[protocol.TENSOR]))
             return t
-        if TUPLE in x:
-            return tuple(self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in x[TUPLE])
-        if FLOAT in x:
-            return float(x[FLOAT])
-        if DICT in x:
-            return {k: self.decode(v, blobs, metas, leaves, tensors, depth + 1) for k, v in x[DICT]}
-        if HANDLE in x:
-            return self.make_handle(x[HANDLE], str(x.get(TYPE, "object"))[:100])
+        if protocol.TUPLE in x:
+            return tuple(
+                self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in x[protocol.TUPLE]
+            )
+        if protocol.FLOAT in x:
+            return float(x[protocol.FLOAT])
+        if protocol.DICT in x:
+            return {
+                k: self.decode(v, blobs, metas, leaves, tensors, depth + 1)
+                for k, v in x[protocol.DICT]
+            }
+        if protocol.HANDLE in x:
+            return self.make_handle(x[protocol.HANDLE], str(x.get(protocol.TYPE, "object"))[:100])
         if not self.rebuild:
-            raise ProtocolError("malformed value: a rebuildable type in a reply")
-        if MODULE in x:
-            spec = x[MODULE]
+            raise protocol.ProtocolError("malformed value: a rebuildable type in a reply")
+        if protocol.MODULE in x:
+            spec = x[protocol.MODULE]
             config = self.decode(spec["config"], blobs, metas, None, None, depth + 1)
             model = _library_type(spec["type"])(config)
             model.load_state_dict(
-                {k: self.tensor_in(v[TENSOR], blobs, metas) for k, v in spec["state"].items()}
+                {
+                    k: self.tensor_in(v[protocol.TENSOR], blobs, metas)
+                    for k, v in spec["state"].items()
+                }
             )
             for p in model.parameters():
                 if spec.get("grad") and leaves is not None:
@@ -213,28 +203,28 @@ class Codec:
                 else:
                     p.requires_grad_(False)
             return model
-        if DATACLASS in x:
-            spec = x[DATACLASS]
+        if protocol.DATACLASS in x:
+            spec = x[protocol.DATACLASS]
             return _library_type(spec["type"])(
                 **{
                     k: self.decode(v, blobs, metas, leaves, tensors, depth + 1)
                     for k, v in spec["fields"].items()
                 }
             )
-        if NAMEDTUPLE in x:
-            spec = x[NAMEDTUPLE]
+        if protocol.NAMEDTUPLE in x:
+            spec = x[protocol.NAMEDTUPLE]
             return _library_type(spec["type"])(
                 *[self.decode(v, blobs, metas, leaves, tensors, depth + 1) for v in spec["items"]]
             )
-        raise ProtocolError("malformed value: unknown tag")
+        raise protocol.ProtocolError("malformed value: unknown tag")
 
 
 def _library_type(name):
     import importlib
 
     module, _, qualname = name.rpartition(".")
-    if not name.startswith(REBUILDABLE):
-        raise ProtocolError(f"{name} is not a type of the student library")
+    if not name.startswith(protocol.REBUILDABLE):
+        raise protocol.ProtocolError(f"{name} is not a type of the student library")
     obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)

@@ -13,11 +13,11 @@ from mlbook_tools.plugins import (
     CODE_STUB,
     BoundedNotebookExporter,
     CoreExtraCsvExport,
+    InertStudentCells,
     SandboxedExecute,
     SaveAutoGradesExtraCredit,
 )
 from mlbook_tools.csp import protect_running_server
-from mlbook_tools.inert import InertStudentCells
 from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)

@@ -6,8 +6,9 @@ import copy
 
 import nbformat
 import pytest
-from mlbook_tools.inert import InertStudentCells, capped, sanitize_cell
+from mlbook_tools.inert import capped, sanitize_cell
 from mlbook_tools.limits import DEFAULT
+from mlbook_tools.plugins import InertStudentCells
 
 pytestmark = pytest.mark.unit
 

@@ -64,7 +64,7 @@ def _assert_inert(nb: dict) -> None:
 def test_autograded_notebook_keeps_no_active_content():
     """`mlbook grade-class`'s notebook (autograded_notebook) and the Autograde button's (InertStudentCells)."""
     from mlbook_tools import driver, feedback
-    from mlbook_tools.inert import InertStudentCells
+    from mlbook_tools.plugins import InertStudentCells
 
     source_nb = nbformat.read(
         layout().course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4
@@ -82,8 +82,8 @@ def test_autograded_notebook_keeps_no_active_content():
 def test_autograded_notebooks_keep_the_first_200_outputs():
     """2000 cells of 20 outputs (within the bounds) took formgrader ~10 s of CPU to open: both
     autograded notebooks keep the first 200 (verdicts apart) and say how many are left out."""
-    from mlbook_tools.inert import InertStudentCells
     from mlbook_tools.limits import DEFAULT
+    from mlbook_tools.plugins import InertStudentCells
 
     release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
     out = nbformat.v4.new_output("stream", name="stdout", text="x\n")
@@ -108,8 +108,8 @@ def test_both_autograded_notebooks_follow_the_course_limits_on_what_is_shown():
     """One rule (inert.sanitize_cell, fold_outputs) and one set of caps: a course's
     ``c.SandboxedExecute.limits`` reach the Autograde button's notebook as grade-class's."""
     from mlbook_tools import driver, feedback
-    from mlbook_tools.inert import InertStudentCells
     from mlbook_tools.limits import DEFAULT
+    from mlbook_tools.plugins import InertStudentCells
     from traitlets.config import Config
 
     caps = {"shown_chars": 50, "shown_cell_outputs": 3, "shown_notebook_outputs": 7}

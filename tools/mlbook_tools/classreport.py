@@ -14,7 +14,8 @@ import sys
 from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.config import assignment as configured
 from mlbook_tools.config import state_in
-from mlbook_tools.result import Part, is_extra, printable
+from mlbook_tools.inert import printable
+from mlbook_tools.result import Part, is_extra
 
 
 def report_misnamed(course: pathlib.Path, assignment: str, out) -> dict[str, ClassEntry]:

@@ -361,7 +361,7 @@ def print_report(result) -> None:
 
     Messages carry text from the student's code (an exception's message): control characters are
     replaced, so no escape sequence can rewrite what the terminal shows."""
-    from mlbook_tools.result import printable
+    from mlbook_tools.inert import printable
 
     if result.error:
         print(f"cannot grade this file: {printable(result.error)}")

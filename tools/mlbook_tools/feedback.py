@@ -14,10 +14,10 @@ from nbgrader.preprocessors import GetGrades
 
 from mlbook_tools.cells import grade_id, is_graded, is_solution, is_test, nbgrader
 from mlbook_tools.cells import points as cell_points
-from mlbook_tools.inert import capped, fold_outputs, sanitized
+from mlbook_tools.inert import capped, fold_outputs, printable, sanitized
 from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
 from mlbook_tools.notebook_order import merged
-from mlbook_tools.result import CellGrade, GradingResult, is_extra, printable
+from mlbook_tools.result import CellGrade, GradingResult, is_extra
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 

@@ -23,7 +23,7 @@ import pathlib
 
 from mlbook_tools.cells import is_graded
 from mlbook_tools.classentry import ClassEntry, Outcome, saved
-from mlbook_tools.result import printable
+from mlbook_tools.inert import printable
 
 KINDS = ("misnamed", "refused", "unreadable")
 

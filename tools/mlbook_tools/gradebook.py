@@ -11,7 +11,8 @@ import pathlib
 import warnings
 
 from mlbook_tools import cells as vocab  # the cell vocabulary
-from mlbook_tools.result import GradingResult, is_extra, printable
+from mlbook_tools.inert import printable
+from mlbook_tools.result import GradingResult, is_extra
 
 
 def record(

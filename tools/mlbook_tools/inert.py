@@ -22,9 +22,10 @@ with the instructor's session and can rewrite grades through formgrader's REST A
   address beside it as code (``text (<code>/logout</code>)``), nothing to click; only a link to a
   place in the same page (``#heading``) stays a link.
 
-Every text of a student's that a person reads passes ``printable`` (``result.py``: ``mlbook grade``
-prints without loading nbconvert), on pages ``capped``; a name they chose, in the exchange's log
-lines, ``escaped``.
+Every text of a student's that a person reads passes ``printable`` (``mlbook grade``'s terminal
+lines too: this module loads neither nbconvert nor nbgrader), on pages ``capped``; a name they
+chose, in the exchange's log lines, ``escaped``. nbgrader's Autograde button reaches
+``inert_notebook`` through ``plugins.InertStudentCells``.
 
 The Content-Security-Policy of the course's Jupyter server (``csp.py``) is the wall behind these.
 """
@@ -34,13 +35,18 @@ from __future__ import annotations
 import copy
 import re
 
-from nbconvert.preprocessors import Preprocessor
-
 from mlbook_tools.cells import grade_id, is_graded
-from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
-from mlbook_tools.result import printable
+from mlbook_tools.limits import DEFAULT, GradingLimits
 
 RASTER = ("image/png", "image/jpeg")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters but newline and tab: a student's error message cannot move
+    a terminal's cursor, hide lines or recolour a report (ANSI escapes)."""
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
+
 
 _TAGS = {
     "a",
@@ -319,23 +325,18 @@ def inert_metadata(metadata) -> dict:
     return keep
 
 
-class InertStudentCells(Preprocessor):
-    """``nbgrader autograde`` (the Autograde button): after grading, the notebook it writes keeps no
-    active content (``sanitize_cell`` for every cell; a cell whose nbgrader grade id is not a plain
-    name, as every source cell's is, counts as added: its metadata goes). The caps are the course
-    config's limits (``c.SandboxedExecute.limits``), as ``mlbook grade-class`` uses."""
-
-    enabled = True
-
-    def preprocess(self, nb, resources):
-        limits = limits_from_config(self.config)
-        for cell in nb.cells:
-            gid = grade_id(cell)
-            sanitize_cell(cell, not (isinstance(gid, str) and _NAME.fullmatch(gid)), limits)
-        fold_outputs(nb.cells, limits)
-        mine = nb.metadata.get("mlbook")
-        nb.metadata = {
-            **inert_metadata(nb.metadata),
-            **({"mlbook": mine} if isinstance(mine, dict) else {}),
-        }
-        return nb, resources
+def inert_notebook(nb, limits: GradingLimits = DEFAULT):
+    """A notebook nbgrader autograded (the Autograde button), made inert in place: ``sanitize_cell``
+    for every cell (a cell whose nbgrader grade id is not a plain name, as every source cell's is,
+    counts as added: its metadata goes), ``fold_outputs``, and of the notebook's metadata the
+    kernel's labels and the build's ``mlbook`` entry."""
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        sanitize_cell(cell, not (isinstance(gid, str) and _NAME.fullmatch(gid)), limits)
+    fold_outputs(nb.cells, limits)
+    mine = nb.metadata.get("mlbook")
+    nb.metadata = {
+        **inert_metadata(nb.metadata),
+        **({"mlbook": mine} if isinstance(mine, dict) else {}),
+    }
+    return nb

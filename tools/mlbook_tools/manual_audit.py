@@ -16,7 +16,8 @@ import pathlib
 import sys
 
 from mlbook_tools.config import state_in
-from mlbook_tools.result import EXTRA_PREFIX, printable
+from mlbook_tools.inert import printable
+from mlbook_tools.result import EXTRA_PREFIX
 
 
 def _state(course: pathlib.Path, assignment: str) -> pathlib.Path:

@@ -27,6 +27,7 @@ from mlbook_tools.grading import (
     load_course,
     refused_result,
 )
+from mlbook_tools.inert import inert_notebook
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits, limits_from_config
 from mlbook_tools.result import GradingResult, is_extra
@@ -297,3 +298,14 @@ def standard_columns(assignment, student, sub, core: float) -> dict:
         "late_submission_penalty": penalty,
         "score": max(0.0, core - penalty),
     }
+
+
+class InertStudentCells(Preprocessor):
+    """``nbgrader autograde`` (the Autograde button): after grading, the notebook it writes keeps no
+    active content (``inert.inert_notebook``, the rule ``mlbook grade-class``'s notebook follows).
+    The caps are the course config's limits (``c.SandboxedExecute.limits``)."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        return inert_notebook(nb, limits_from_config(self.config)), resources

@@ -21,20 +21,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 
 EXTRA_PREFIX = "ex"  # grade ids of the optional extra-credit exercises start with this
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without control characters but newline and tab: a student's error message cannot move
-    a terminal's cursor, hide lines or recolour a report (ANSI escapes). Here, not in ``feedback``
-    (nbconvert, nbgrader: a second of imports), so ``mlbook grade`` prints without them."""
-    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", str(text))
 
 
 def is_extra(grade_id: str) -> bool:

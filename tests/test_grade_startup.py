@@ -85,7 +85,7 @@ def _children() -> set[int]:
 
 @pytest.mark.sandbox
 def test_a_refused_file_closes_the_sandbox_started_for_it(tmp_path):
-    """The sandbox starts before the file is read (``sandbox.Starting``); a refused file ends it."""
+    """The sandbox starts before the file is read (``starting.Starting``); a refused file ends it."""
     before = _children()
     big = tmp_path / "big.ipynb"
     big.write_text(json.dumps({"cells": [], "metadata": {}, "pad": "x" * 4096}))
@@ -101,7 +101,7 @@ def test_a_refused_file_closes_the_sandbox_started_for_it(tmp_path):
 
 @pytest.mark.sandbox
 def test_the_solved_notebook_grades_in_one_runner_with_no_note():
-    """Through the whole entry point (the runner started before the plan, ``sandbox.Starting``): full
+    """Through the whole entry point (the runner started before the plan, ``starting.Starting``): full
     core points, no cell skipped, no restart. A runner made on a thread that then ends is killed by
     bubblewrap's --die-with-parent at the first cell: the first cell would be noted and skipped."""
     result = grade_notebook(ROOT / "solutions" / "notebooks" / "rlhf_ppo.ipynb")

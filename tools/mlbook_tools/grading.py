@@ -217,7 +217,7 @@ def grade_submission(
     supplies a check's parameters that no answer cell defines (``judge.grade_plan``).
 
     ``limits.budget_seconds``: charged seconds; ``wall_deadline`` (time.monotonic): the wall-clock
-    backstop, which the entry points count from reading the file. ``starting``: a ``sandbox.Starting``
+    backstop, which the entry points count from reading the file. ``starting``: a ``starting.Starting``
     with these bounds, the first runner (its owner closes it if it is not taken)."""
     from mlbook_tools.errors import CannotGrade
     from mlbook_tools.judge import grade_plan
@@ -269,9 +269,9 @@ def grade_notebook(
     ``limits``: by default the course config's (``course_limits``); ``budget``, if given, replaces
     their ``budget_seconds``; the wall-clock backstop (``wall_factor`` x it) counts from here.
 
-    The sandbox starts first, on a thread (``sandbox.Starting``): its start-up runs on one core while
+    The sandbox starts first, on a thread (``starting.Starting``): its start-up runs on one core while
     this process imports torch and nbformat (``judge``) and plans the cells on another."""
-    from mlbook_tools import sandbox
+    from mlbook_tools.starting import Starting
 
     t0 = time.monotonic()
     course_dir = pathlib.Path(course) if course else layout().course
@@ -279,7 +279,7 @@ def grade_notebook(
     if budget:
         limits = limits.replace(budget_seconds=float(budget))
     wall_deadline = t0 + limits.budget_seconds * limits.wall_factor
-    starting = sandbox.Starting(  # the bounds Session._start gives its first runner
+    starting = Starting(  # the bounds Session._start gives its first runner
         trusted=trusted,
         start_timeout=min(limits.start_seconds, wall_deadline - time.monotonic()),
         kill_at=None if math.isinf(wall_deadline) else wall_deadline + limits.grace_seconds,

@@ -123,7 +123,7 @@ def grade_plan(
 ) -> EngineRun:
     """Run every graded check of ``plan``: its verdicts, problems and the (capped) printed output.
 
-    ``starting``: a ``sandbox.Starting`` started with this run's bounds, taken as the first runner.
+    ``starting``: a ``starting.Starting`` started with this run's bounds, taken as the first runner.
     ``assignment``: the configured assignment's name (default: the first), whose reference module
     (``Assignment.reference``) supplies a check's parameters that no answer cell defines.
 

@@ -6,7 +6,7 @@ import importlib
 
 import assignment_support as tiny
 import pytest
-from mlbook_tools import hub
+from mlbook_tools import hub_config
 from mlbook_tools.config import assignment, assignments, course_id, layout
 from traitlets.config.loader import PyFileConfigLoader
 
@@ -76,7 +76,7 @@ def test_the_course_id_must_be_a_literal_in_the_course_config(tmp_path):
 
 
 def test_the_hub_names_the_course_by_the_assignments_course_id(book, tmp_path):
-    hub.write_configs(tmp_path / "hub", "teacher", book / "course", ["ann"])
+    hub_config.write_configs(tmp_path / "hub", "teacher", book / "course", ["ann"])
     for role in ("student", "instructor"):
         text = (tmp_path / "hub" / "etc" / role / "nbgrader_config.py").read_text()
         assert f"c.CourseDirectory.course_id = {tiny.COURSE_ID!r}" in text, text

@@ -4,7 +4,7 @@ import json
 import pathlib
 
 import pytest
-from mlbook_tools import hub
+from mlbook_tools import hub, hub_config
 
 pytestmark = pytest.mark.unit
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 def test_the_hub_terminal_is_not_a_login_shell_that_resets_path(tmp_path):
     """JupyterLab under a spawner starts `bash -l` unless told a shell; Debian's /etc/profile then
     resets PATH and the README's `mlbook grade-class` answers "command not found"."""
-    hub.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
+    hub_config.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
     for role in ("instructor", "student"):
         server = json.loads((tmp_path / "etc" / role / "jupyter_server_config.json").read_text())
         shell = server["ServerApp"]["terminado_settings"]["shell_command"]
@@ -30,7 +30,7 @@ def test_hub_kernels_run_with_encrypted_channels(tmp_path):
     from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
     from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-    hub.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
+    hub_config.write_configs(tmp_path, "teacher", tmp_path / "course", ["alice"])
     for role in ("instructor", "student"):
         etc = tmp_path / "etc" / role
         server = JSONFileConfigLoader("jupyter_server_config.json", path=str(etc)).load_config()

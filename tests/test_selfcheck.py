@@ -68,13 +68,13 @@ def test_handin_takes_an_answer_split_in_two_and_refuses_a_copied_test_cell(tmp_
         read_notebook(_release_with(tmp_path, copy_test))
 
 
-def _tiny(path, assignment="tiny"):
+def _tiny(path, assignment="tiny", test="assert 1 + 1 == 2"):
     """A notebook of another assignment: one graded test cell; its name in the metadata build writes."""
     cell = {
         "cell_type": "code",
         "id": "t",
         "metadata": {"nbgrader": {"grade": True, "grade_id": "test_tiny", "points": 1}},
-        "source": "assert 1 + 1 == 2",
+        "source": test,
         "outputs": [],
         "execution_count": None,
     }
@@ -112,11 +112,23 @@ def test_the_notebook_and_its_upload_name_come_from_the_notebook_not_the_library
     assert written == tmp_path / "to-upload" / "tiny.ipynb"
     assert written.read_bytes() == copy.read_bytes()
     assert handin(tmp_path / "notes.ipynb").name == "notes.ipynb"  # no metadata: its own name
+    assert repr(written) == str(
+        written
+    )  # a cell ending in handin() shows the path, not PosixPath(...)
     for bad in ("../x", "a/b", "", 3, None):
         assert assignment_of({"metadata": {"mlbook": {"assignment": bad}}}) is None, bad
     _tiny(tmp_path / "other.ipynb", assignment="other")
     with pytest.raises(FileNotFoundError, match="2 assignment notebooks"):
         this_notebook()
+
+
+def test_handin_counts_failing_checks_in_words(tmp_path, capsys):
+    from mlbook.handin import handin
+
+    handin(_tiny(tmp_path / "tiny.ipynb", test="assert 1 + 1 == 3"), namespace=None)
+    assert (
+        "(1 core check fails: test_tiny; the notebook earns what works)" in capsys.readouterr().out
+    )
 
 
 def test_the_built_notebooks_name_their_assignment():

@@ -303,6 +303,9 @@ def worker(
             results.append(dict(out, per_rank=per_rank, world=world, config=asdict(cfg)))
         if rank == 0 and result_path:
             torch.save(results, result_path)
+        # gloo's barrier waits for this rank's work still in flight (DDP's last all-reduces and
+        # their callbacks), so no rank tears down while a peer still uses the group
+        dist.barrier()
     finally:
         gc.collect()  # free DDP's reducers first: gloo + DDP can otherwise SIGABRT at exit
         dist.destroy_process_group()

@@ -194,13 +194,26 @@ def handin(
     failed = [k for k, v in results.items() if v is not None]
     core = [k for k in failed if not is_extra(k)]
     if core:
-        why = f" ({len(core)} core checks fail: {', '.join(core)}; the notebook earns what works)"
+        why = f" ({_count(core, 'core check')}: {', '.join(core)}; the notebook earns what works)"
     elif failed:
-        why = f" (every core check passes; {len(failed)} extra-credit checks fail)"
+        why = f" (every core check passes; {_count(failed, 'extra-credit check')})"
     else:
         why = ""
     print(f"\nwrote {target}: upload this file{why}")
-    return target
+    return Written(target)
+
+
+def _count(names: list[str], what: str) -> str:
+    """``1 core check fails`` / ``2 core checks fail``."""
+    return f"{len(names)} {what} fails" if len(names) == 1 else f"{len(names)} {what}s fail"
+
+
+class Written(type(pathlib.Path())):
+    """The path ``handin`` wrote: a ``pathlib.Path`` that a notebook cell shows as the plain path
+    (``/home/you/work/to-upload/chapter.ipynb``), not as ``PosixPath('...')``."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def main(argv: list[str] | None = None) -> int:

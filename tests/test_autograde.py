@@ -194,6 +194,9 @@ def test_one_score_everywhere(graded_class):
             float(row[prefix + k])
             for k in ("score", "max_score", "extra_credit", "extra_credit_max")
         ] == [core, core, extra, extra_max], exporter
+    wide = graded_class.export("mlbook_tools.export.WideCsvExport")["alice"]
+    assert [wide[f"{NB}:{gid}"] for gid in manual] == [""] * len(manual)  # awaiting: not a 0
+    assert all(float(wide[f"{NB}:{name}"]) == CORE[name] for name in SIX)
     mine = grade_notebook(course / "submitted" / "alice" / NB / f"{NB}.ipynb", course=course)
     assert (mine.core.score, mine.core.max_score) == (core, core)
     assert (mine.extra.score, mine.extra.max_score) == (extra, extra_max)

@@ -3,7 +3,8 @@
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
 ``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one
-column per graded cell (``<assignment>:<grade id>``). nbgrader's own long format (``nbgrader export``,
+column per graded cell (``<assignment>:<grade id>``), empty while the cell awaits a person's grade
+(a written answer): a 0 there is a graded 0. nbgrader's own long format (``nbgrader export``,
 with this course's ``plugins.CoreExtraCsvExport``) stays the default.
 
 Both exports write every cell through ``csv_cell`` and ``csv_writer`` (OWASP's CSV-injection guidance):
@@ -108,8 +109,8 @@ class WideCsvExport(ExportPlugin):
                     }
                 )
                 row[f"{a}:status"] = submission_status(export_course(self), a, student.id, sub)
-                for gid, g in scores.grades.items():
-                    row[f"{a}:{gid}"] = g.score
+                for gid, g in scores.grades.items():  # awaiting a person: empty, not a 0
+                    row[f"{a}:{gid}"] = "" if g.awaiting_manual else g.score
             rows.append(row)
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv_writer(fh, columns)

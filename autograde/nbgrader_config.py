@@ -18,6 +18,7 @@ from mlbook_tools.plugins import (
     SaveAutoGradesExtraCredit,
 )
 from mlbook_tools.csp import protect_running_server
+from mlbook_tools.inert import page_budget
 from mlbook_tools.mathjax import FeedbackExporter
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
@@ -95,7 +96,12 @@ c.HTMLExporter.sanitize_html = True
 # nbconvert validates the whole notebook after each of its ~12 preprocessors (half of a large page's
 # render); once, after the last, validates the same notebook.
 c.Exporter.optimistic_validation = True
-c.HTMLExporter.filters = {"clean_html": "mlbook_tools.inert.clean_html", "csp_hash": "mlbook_tools.csp.csp_hash"}
+# `page_budget`: what one page renders richly, from the limits above (GradingLimits.page_*).
+c.HTMLExporter.filters = {
+    "clean_html": "mlbook_tools.inert.clean_html",
+    "csp_hash": "mlbook_tools.csp.csp_hash",
+    "page_budget": page_budget(c.SandboxedExecute.limits),
+}
 # Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
 # on its pages, a second wall, and formgrader's routes for hostile submissions (formgrader_guard.py):
 # no file of a submission folder served, no `/formgrader?path=` switch to another folder (nbgrader

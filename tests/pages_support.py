@@ -23,14 +23,17 @@ def autograded(student_nb: dict, problems=()):
     return feedback.autograded_notebook(source_nb, plan, GradingResult(problems=list(problems)))
 
 
-def formgrader_page(path: pathlib.Path) -> str:
+def formgrader_page(path: pathlib.Path, course: pathlib.Path | None = None) -> str:
     """formgrader's submission page for the notebook at ``path``: the course config's HTMLExporter with
-    the formgrade template, read from the file as formgrader's SubmissionHandler does."""
+    the formgrade template, read from the file as formgrader's SubmissionHandler does. ``course``:
+    the folder of the course config (default: the checkout's course)."""
     from nbconvert import HTMLExporter
     from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(layout().course)).load_config()
+    config = PyFileConfigLoader(
+        "nbgrader_config.py", path=str(course or layout().course)
+    ).load_config()
     config.merge(Config({"HTMLExporter": {"template_name": "formgrade"}}))
     resources = {
         "base_url": "",
@@ -45,7 +48,7 @@ def formgrader_page(path: pathlib.Path) -> str:
     return HTMLExporter(config=config).from_filename(str(path), resources=resources)[0]
 
 
-def feedback_page(path: pathlib.Path) -> str:
+def feedback_page(path: pathlib.Path, course: pathlib.Path | None = None) -> str:
     """The feedback page `nbgrader generate_feedback` writes for the notebook at ``path`` (the course's
     exporter and preprocessors; the scores nbgrader's GetGrades would read from the gradebook: 0)."""
     import nbgrader
@@ -54,7 +57,9 @@ def feedback_page(path: pathlib.Path) -> str:
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from traitlets.config.loader import PyFileConfigLoader
 
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(layout().course)).load_config()
+    config = PyFileConfigLoader(
+        "nbgrader_config.py", path=str(course or layout().course)
+    ).load_config()
     css = (
         pathlib.Path(nbgrader.__file__).parent / "server_extensions/formgrader/static/node_modules"
     )

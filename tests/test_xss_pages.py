@@ -281,6 +281,28 @@ def _addresses_left(page: str) -> list:
     return bad
 
 
+def test_the_pages_budget_is_the_course_limits(tmp_path):
+    """What a page renders is bounded by the course's limits (``page_*``, ``c.SandboxedExecute.limits``
+    in its config), not by numbers of the template's own: a course that shows 3 cells besides answers
+    and tests gets that note on both pages; the checkout's course (300) shows the chapter's 119."""
+    config = (layout().course / "nbgrader_config.py").read_text()
+    assert config.count("c.SandboxedExecute.limits = {}") == 1
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(
+        config.replace(
+            "c.SandboxedExecute.limits = {}", 'c.SandboxedExecute.limits = {"page_cells": 3}'
+        )
+    )
+    release = nbformat.read(layout().release / f"{ASSIGNMENT}.ipynb", as_version=4)
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(_autograded(release), path)
+    note = "from here on only answer and test cells are shown (the page shows {} others"
+    for render in (_formgrader_page, _feedback_page):
+        assert note.format(3) in render(path, course), render.__name__
+        assert "from here on only answer and test cells" not in render(path), render.__name__
+
+
 def test_no_student_address_is_fetched_or_followed(tmp_path):
     """formgrader's page and the feedback page of the payload submission (every address-fetch kind in
     every place, and in a grading note): no image but an inline raster, no link to follow, MathJax

@@ -325,6 +325,15 @@ def inert_metadata(metadata) -> dict:
     return keep
 
 
+def page_budget(course_limits: dict | None = None):
+    """The Jinja filter ``page_budget`` of the course's pages (``c.HTMLExporter.filters`` in the
+    course config): ``none | page_budget`` is a fresh budget of what one page renders, from the
+    course's limits (``c.SandboxedExecute.limits``) on the defaults (``GradingLimits.page_*``).
+    They are checked when a page is rendered, not here: an exception while the config file loads
+    would make nbgrader drop the whole file (traitlets logs it and goes on)."""
+    return lambda _=None: GradingLimits.from_dict(course_limits).page_budget()
+
+
 def inert_notebook(nb, limits: GradingLimits = DEFAULT):
     """A notebook nbgrader autograded (the Autograde button), made inert in place: ``sanitize_cell``
     for every cell (a cell whose nbgrader grade id is not a plain name, as every source cell's is,

@@ -106,6 +106,30 @@ class GradingLimits:
     shown_image_chars: int = 2_000_000
     """base64 characters of one kept PNG/JPEG image (an output or an attachment; larger: left out)"""
 
+    # ---- what one page renders (formgrader's submission page, the feedback page), spent in the
+    # notebook's order: rich rendering costs (tags, typeset math), not text, so past a budget a cell
+    # shows as plain text, folded with its size (``templates/formgrade/mlbook_fold.html.j2``)
+    page_source_chars: int = 20_000
+    """characters of one cell's source a page shows (the rest: "... N kB of source not shown")"""
+    page_late_source_chars: int = 1000
+    """the same, once the page has shown ``page_text_chars`` characters"""
+    page_text_chars: int = 600_000
+    """characters of sources a page shows at ``page_source_chars`` a cell"""
+    page_highlight_chars: int = 100_000
+    """characters of code a page highlights (pygments); past it, code is plain text"""
+    page_code_tags: int = 8000
+    """HTML tags of highlighted code on a page (nbconvert parses every tag again)"""
+    page_markdown_chars: int = 300_000
+    """characters of markdown a page renders; past it, markdown is plain text"""
+    page_markdown_tags: int = 6000
+    """HTML tags of rendered markdown on a page"""
+    page_math: int = 3000
+    """math delimiters of rendered markdown on a page (each one typeset)"""
+    page_cells: int = 300
+    """cells a page shows besides answer and test cells (which always show)"""
+    page_outputs: int = 200
+    """outputs a page shows (the rest is one line)"""
+
     # ---- a class run (``mlbook grade-class``)
     attempts: int = 2
     """gradings of one submission before it is reported UNGRADED"""
@@ -177,6 +201,25 @@ class GradingLimits:
             changes[key.strip()] = value.strip()
         return self.updated(changes)
 
+    def page_budget(self) -> dict:
+        """What one page may render (the ``page_*`` fields), as ``mlbook_fold.html.j2`` spends it."""
+        return dict(
+            shown=self.page_source_chars,
+            shown_late=self.page_late_source_chars,
+            text=self.page_text_chars,
+            highlight=self.page_highlight_chars,
+            code_tags=self.page_code_tags,
+            markdown=self.page_markdown_chars,
+            markdown_tags=self.page_markdown_tags,
+            math=self.page_math,
+            cells=self.page_cells,
+            outputs=self.page_outputs,
+            cells_max=self.page_cells,
+            outputs_max=self.page_outputs,
+            cells_noted=False,
+            outputs_noted=False,
+        )
+
     def rlimits(self) -> dict:
         """The per-process rlimits the runner sets on itself before its first request."""
         return {
@@ -192,6 +235,8 @@ class GradingLimits:
 _ORDERED = (
     ("call_seconds", "check_seconds"),  # a check makes calls
     ("shown_cell_outputs", "shown_notebook_outputs"),  # a cell is part of the notebook
+    ("page_late_source_chars", "page_source_chars"),  # the late share is the smaller
+    ("page_source_chars", "page_text_chars"),  # a cell is part of the page
 )
 
 

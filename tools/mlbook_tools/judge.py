@@ -232,11 +232,12 @@ def _run_test(test, plan, session, checks, secret, student, deadline, reference=
             check.fn(*call_args, seed=seed)
         return verdict(True, "passed")
     except AssertionError as err:
-        return verdict(False, str(err)[:1500] or "failed")
+        return verdict(False, str(err)[: session.limits.shown_error_chars] or "failed")
     except (RemoteError, RunnerDied) as err:  # each kind carries its sentence
         return verdict(False, err.student_message("your code"))
     except Exception as err:  # noqa: BLE001 - a value the check could not even compare
         return verdict(
             False,
-            f"your function's result could not be checked: {type(err).__name__}: {str(err)[:300]}",
+            f"your function's result could not be checked: {type(err).__name__}: "
+            + str(err)[: session.limits.shown_error_chars],
         )

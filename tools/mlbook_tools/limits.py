@@ -105,6 +105,9 @@ class GradingLimits:
     """stored outputs of the whole notebook kept (test cells' verdicts apart); the rest is one line"""
     shown_image_chars: int = 2_000_000
     """base64 characters of one kept PNG/JPEG image (an output or an attachment; larger: left out)"""
+    shown_error_chars: int = 1000
+    """characters of one error a verdict or a cell's note quotes (a check's AssertionError, an
+    exception raised in the student's code)"""
 
     # ---- what one page renders (formgrader's submission page, the feedback page), spent in the
     # notebook's order: rich rendering costs (tags, typeset math), not text, so past a budget a cell

@@ -115,7 +115,8 @@ class Remote:
         except RunnerDied as err:  # each kind says what happened to the read
             raise AssertionError(err.student_message(f"reading {name}")) from None
         if not reply["ok"]:
-            raise AssertionError(f"{name} is not available: {reply['error'][:300]}")
+            shown = self.session.limits.shown_error_chars
+            raise AssertionError(f"{name} is not available: {reply['error'][:shown]}")
         try:
             return codec(self.session).decode(
                 reply.get("result"), rblobs, reply.get(protocol.TENSORS, [])
@@ -146,7 +147,7 @@ def call(session, target, method, args, kwargs, attrs=(), label=None):
     except RunnerDied as err:  # each kind says what happened to the call
         raise AssertionError(err.student_message(f"calling {name}")) from None
     if not reply["ok"]:
-        raise RemoteError(reply["error"][:1000])
+        raise RemoteError(reply["error"][: session.limits.shown_error_chars])
     metas = reply.get(protocol.TENSORS, [])
     try:
         result = wire.decode(reply.get("result"), rblobs, metas)

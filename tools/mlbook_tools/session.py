@@ -196,7 +196,8 @@ class Session:
                             continue
                         raise
                     if not reply.get("ok"):
-                        self.cell_errors.setdefault(gid, str(reply.get("error", "error"))[:500])
+                        error = str(reply.get("error", "error"))
+                        self.cell_errors.setdefault(gid, error[: self.limits.shown_error_chars])
                 for at in stops:  # test cells below every cell
                     self._bind(at)
                 return

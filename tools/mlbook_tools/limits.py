@@ -205,18 +205,15 @@ class GradingLimits:
         return self.updated(changes)
 
     def page_budget(self) -> dict:
-        """What one page may render (the ``page_*`` fields), as ``mlbook_fold.html.j2`` spends it."""
+        """What one page may render, as ``mlbook_fold.html.j2`` spends it: each ``page_*`` field
+        without its prefix (``page.cells`` counts down), the totals for its notes, nothing noted yet."""
+        budget = {
+            f.name[5:]: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name.startswith("page_")
+        }
         return dict(
-            shown=self.page_source_chars,
-            shown_late=self.page_late_source_chars,
-            text=self.page_text_chars,
-            highlight=self.page_highlight_chars,
-            code_tags=self.page_code_tags,
-            markdown=self.page_markdown_chars,
-            markdown_tags=self.page_markdown_tags,
-            math=self.page_math,
-            cells=self.page_cells,
-            outputs=self.page_outputs,
+            budget,
             cells_max=self.page_cells,
             outputs_max=self.page_outputs,
             cells_noted=False,

@@ -4,8 +4,8 @@
 * ``slow``: the end-to-end graded check on the reference over 20 seeds, so that seed 0 (the one the
   hidden test uses) is not a lucky pick. About 45 s on one core.
 * ``stress``: the 2-rank DDP program under torchrun, 20 times, counting crashes at interpreter exit
-  (gloo + DDP can SIGABRT there; ``mlbook_solutions.ddp.worker`` calls ``gc.collect()`` before
-  ``destroy_process_group()`` to prevent it). About 80 s for the 20 (3 in make test, 17 in make test-full).
+  (gloo + DDP can SIGABRT there; ``mlbook_solutions.ddp.worker`` meets the other ranks at a gloo
+  barrier, then calls ``gc.collect()`` before ``destroy_process_group()``, to prevent it). About 80 s for the 20 (3 in make test, 17 in make test-full).
 """
 
 import os

@@ -96,11 +96,11 @@ c.HTMLExporter.sanitize_html = True
 # nbconvert validates the whole notebook after each of its ~12 preprocessors (half of a large page's
 # render); once, after the last, validates the same notebook.
 c.Exporter.optimistic_validation = True
-# `page_budget`: what one page renders richly, from the limits above (GradingLimits.page_*).
+# `page_budget`: what one page renders richly, from this file's limits (GradingLimits.page_*).
 c.HTMLExporter.filters = {
     "clean_html": "mlbook_tools.inert.clean_html",
     "csp_hash": "mlbook_tools.csp.csp_hash",
-    "page_budget": page_budget(c.SandboxedExecute.limits),
+    "page_budget": page_budget(c),
 }
 # Inside the Jupyter server (formgrader reads this file there): the course's Content-Security-Policy
 # on its pages, a second wall, and formgrader's routes for hostile submissions (formgrader_guard.py):

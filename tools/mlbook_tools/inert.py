@@ -36,7 +36,7 @@ import copy
 import re
 
 from mlbook_tools.cells import grade_id, is_graded
-from mlbook_tools.limits import DEFAULT, GradingLimits
+from mlbook_tools.limits import DEFAULT, GradingLimits, limits_from_config
 
 RASTER = ("image/png", "image/jpeg")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -325,13 +325,15 @@ def inert_metadata(metadata) -> dict:
     return keep
 
 
-def page_budget(course_limits: dict | None = None):
+def page_budget(config=None):
     """The Jinja filter ``page_budget`` of the course's pages (``c.HTMLExporter.filters`` in the
-    course config): ``none | page_budget`` is a fresh budget of what one page renders, from the
-    course's limits (``c.SandboxedExecute.limits``) on the defaults (``GradingLimits.page_*``).
-    They are checked when a page is rendered, not here: an exception while the config file loads
-    would make nbgrader drop the whole file (traitlets logs it and goes on)."""
-    return lambda _=None: GradingLimits.from_dict(course_limits).page_budget()
+    course config, ``config`` its ``c``): ``none | page_budget`` is a fresh budget of what one page
+    renders, from the course's limits (``c.SandboxedExecute.limits``, wherever the file sets them)
+    on the defaults (``GradingLimits.page_*``). Read when a page is rendered, not when the file
+    loads: an exception there would make nbgrader drop the whole file (traitlets logs it and goes
+    on), and ``mlbook grade`` reads the limits of a file that names ``SandboxedExecute`` only where it
+    sets them without running it (``grading.course_limits``)."""
+    return lambda _=None: limits_from_config(config).page_budget()
 
 
 def inert_notebook(nb, limits: GradingLimits = DEFAULT):

@@ -39,6 +39,17 @@ def _added_cells():
     return [code, markdown]
 
 
+def test_a_course_config_from_before_the_move_still_imports_the_preprocessor():
+    """Course configs written before ``InertStudentCells`` joined plugins.py import it from inert.py.
+    An ImportError there would make nbgrader drop the whole config, the sandbox with it: the old name
+    still works (that inert.py alone loads no nbconvert: test_grade_startup, in a fresh interpreter)."""
+    from mlbook_tools import inert
+
+    assert inert.InertStudentCells is InertStudentCells
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        inert.NoSuchName  # noqa: B018
+
+
 def test_an_added_cell_keeps_plain_text_and_rasters_and_no_metadata():
     code, markdown = _added_cells()
     sanitize_cell(code, added=True)

@@ -3,8 +3,8 @@
 One row per student, the layout an LMS upload wants: ``student_id, first_name, last_name, email``,
 then for each assignment its core ``score``/``max_score``, ``extra_credit``/``extra_credit_max``,
 ``needs_manual_grade``, the submission ``timestamp`` and its ``status`` (as in the long CSV), then one
-column per graded cell (``<assignment>:<grade id>``), empty while the cell awaits a person's grade
-(a written answer): a 0 there is a graded 0. nbgrader's own long format (``nbgrader export``,
+column per graded cell (``<assignment>:<grade id>``), empty while the cell has no score from anyone
+(a written answer awaiting a person): a 0 there is a graded 0. nbgrader's own long format (``nbgrader export``,
 with this course's ``plugins.CoreExtraCsvExport``) stays the default.
 
 Both exports write every cell through ``csv_cell`` and ``csv_writer`` (OWASP's CSV-injection guidance):
@@ -97,6 +97,12 @@ class WideCsvExport(ExportPlugin):
                     row[f"{assignment.name}:status"] = status
                     continue
                 scores = GradingResult.from_submission(sub, points[assignment.name])
+                unscored = {  # no score from anyone yet: a written answer awaiting a person
+                    g.name
+                    for nb in sub.notebooks
+                    for g in nb.grades
+                    if g.auto_score is None and g.manual_score is None
+                }
                 core, extra, a = scores.core, scores.extra, assignment.name
                 row.update(
                     {
@@ -110,7 +116,7 @@ class WideCsvExport(ExportPlugin):
                 )
                 row[f"{a}:status"] = submission_status(export_course(self), a, student.id, sub)
                 for gid, g in scores.grades.items():  # awaiting a person: empty, not a 0
-                    row[f"{a}:{gid}"] = "" if g.awaiting_manual else g.score
+                    row[f"{a}:{gid}"] = "" if gid in unscored else g.score
             rows.append(row)
         with open(self.to or "grades_wide.csv", "w", newline="") as fh:
             writer = csv_writer(fh, columns)

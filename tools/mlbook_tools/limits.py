@@ -105,7 +105,7 @@ class GradingLimits:
     """stored outputs of the whole notebook kept (test cells' verdicts apart); the rest is one line"""
     shown_image_chars: int = 2_000_000
     """base64 characters of one kept PNG/JPEG image (an output or an attachment; larger: left out)"""
-    shown_error_chars: int = 1000
+    shown_error_chars: int = 1500
     """characters of one error a verdict or a cell's note quotes (a check's AssertionError, an
     exception raised in the student's code)"""
 

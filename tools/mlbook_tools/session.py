@@ -50,7 +50,7 @@ class Session:
     ):
         self.plan, self.trusted, self.deadline, self.limits = plan, trusted, deadline, limits
         self.starting = (
-            starting  # sandbox.Starting: the first runner, started before the plan was made
+            starting  # starting.Starting: the first runner, started before the plan was made
         )
         self.t0, self.spent = time.monotonic(), 0.0  # spent: charged to runners already closed
         self.free = 0.0  # measured by the runners but not charged: start-ups, replays, bookkeeping

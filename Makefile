@@ -10,7 +10,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     := build
 
-.PHONY: env chapter train notebooks html check test test-full fairness-reference lint lock student-lock bench clean student-dist hub hub-proxy
+.PHONY: env chapter train notebooks html check test test-full test-cgroup2 fairness-reference lint lock student-lock bench clean student-dist hub hub-proxy
 
 env: $(STAMP)
 
@@ -107,6 +107,16 @@ test-full: env
 	$(PYTEST) -m full $(XDIST) $(addprefix --deselect ,$(ALONE)) tests
 	$(PYTEST) $(ALONE)
 	ATEN_CPU_CAPABILITY=default $(PYTEST) $(NBVAL) solutions/notebooks/
+
+# The tests that depend on cgroups (marked `cgroup`) on a real cgroup v2 kernel: Debian's kernel
+# (linux-image-amd64) under qemu with virtme-ng (requirements/vm.txt, its own .venv-vm), over this
+# machine's root file system read-only (tests/cgroup2/run.sh). The memory bound (a hog, /dev/shm,
+# memfd), a fork bomb at pids.max, CPU charged with children at one CPU, close leaving nothing,
+# delegation to a non-root user, and a class of four (the process-starting styles) with two workers.
+# Needs qemu-system-x86, linux-image-amd64 and busybox-static (.ci/run installs them); a guest that
+# cannot boot is a skip here and a failure in CI. Under software emulation (TCG): about 25 minutes.
+test-cgroup2: env
+	bash tests/cgroup2/run.sh
 
 # The plain-nbgrader reference scores of the fairness styles (tests/data/fairness_reference.json):
 # recompute the entries whose fingerprint moved (a new style, an edited chapter code cell, nbgrader).

@@ -1,10 +1,27 @@
-"""The sandbox's cgroups (v1): one group per controller for each sandbox, made under this process's
-own groups, which bounds every process in it (memory including tmpfs, /dev/shm and memfd pages, a
-process/thread count, one CPU's worth of time) and meters its CPU time (``cpuacct``); and ``delegate``,
-which hands a non-root user groups of their own."""
+"""The sandbox's cgroups: one group per sandbox that bounds every process in it (memory including tmpfs,
+/dev/shm and memfd pages, a process/thread count, one CPU's worth of time) and meters its CPU time; and
+``delegate``, which hands a non-root user groups of their own.
+
+Two back ends with one behaviour, picked from what the machine mounts (``hierarchy``):
+
+- **cgroup v2** (the unified hierarchy: current distributions, Kubernetes nodes, CI runners, WSL2).
+  Each sandbox is one group beside this process's own: ``memory.max`` and ``memory.swap.max`` 0,
+  ``pids.max``, ``cpu.max``; its CPU charge is ``cpu.stat``'s ``usage_usec``, an out-of-memory kill is
+  ``memory.events``' ``oom_kill``, and close is ``cgroup.kill`` (else freeze, kill, thaw). v2's rules are
+  kept, not fought: a group that hands controllers to children holds no process, so before it writes
+  ``cgroup.subtree_control`` the grader moves the processes of its own group into a leaf beside the
+  sandboxes (``mlbook-graders``); controllers are enabled only where the parent offers them; nothing is
+  written outside the group this process was started in.
+- **cgroup v1** (one hierarchy per controller): a group per controller (memory, pids, cpu, cpuacct)
+  under this process's own groups.
+
+A hybrid machine (v1 and a v2 mount side by side) uses the hierarchy that holds the controllers.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import functools
 import itertools
 import os
@@ -16,44 +33,193 @@ from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # cpuacct: the sandbox's own CPU time
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # v1; cpuacct: the sandbox's own CPU time
+V2_CONTROLLERS = ("memory", "pids", "cpu")  # v2 meters CPU in every group (cpu.stat)
+LEAF = "mlbook-graders"  # v2: where the grader's own group's processes go (no internal processes)
 _counter = itertools.count()
 
 
-def own_cgroup(controller: str) -> pathlib.Path | None:
-    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+# ---------------------------------------------------------------------------------------- which hierarchy
+@dataclasses.dataclass(frozen=True)
+class Hierarchy:
+    """What this machine mounts, for this process: ``version`` 1 or 2 (None: neither is usable for the
+    sandbox's controllers), ``where``: the v2 group the sandboxes go under (v2 only), ``why``: what
+    stands in the way, said to the instructor."""
+
+    version: int | None
+    where: pathlib.Path | None = None
+    why: str = ""
+
+
+def parse_mounts(text: str) -> tuple[dict[str, pathlib.Path], pathlib.Path | None]:
+    """/proc/mounts → (v1 controller → its mount point, the cgroup2 mount point or None)."""
+    v1, v2 = {}, None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        point, kind, options = pathlib.Path(fields[1].replace("\\040", " ")), fields[2], fields[3]
+        if kind == "cgroup2" and v2 is None:
+            v2 = point
+        elif kind == "cgroup":
+            for opt in options.split(","):
+                v1.setdefault(opt, point)
+    return v1, v2
+
+
+def parse_own(text: str) -> dict[str, str]:
+    """/proc/self/cgroup → controller → this process's path ('' keys the v2 line ``0::/path``)."""
+    own = {}
+    for line in text.splitlines():
+        if line.count(":") < 2:
+            continue
         _, names, path = line.split(":", 2)
-        if controller in names.split(","):
-            return CGROUP_ROOT / controller / path.lstrip("/")
-    return None
+        for name in names.split(",") if names else [""]:
+            own[name] = path
+    return own
 
 
+def pick(v1: dict, v2: pathlib.Path | None, v2_offers: set[str]) -> tuple[int | None, str]:
+    """Which hierarchy holds the sandbox's controllers: (1, ''), (2, '') or (None, why not)."""
+    on_v1 = [c for c in CONTROLLERS if c in v1]
+    if len(on_v1) == len(CONTROLLERS):
+        return 1, ""
+    if v2 is not None and set(V2_CONTROLLERS) <= v2_offers:
+        return 2, ""
+    if not v1 and v2 is None:
+        return None, "no cgroup file system is mounted"
+    held = ", ".join(on_v1) or "none"
+    offered = " ".join(sorted(v2_offers & set(V2_CONTROLLERS))) or "none"
+    return None, (
+        f"the sandbox needs memory, pids and cpu in one hierarchy; cgroup v1 holds {held}, "
+        f"cgroup v2{f' at {v2}' if v2 else ' (not mounted)'} offers {offered}"
+    )
+
+
+@functools.cache
+def hierarchy() -> Hierarchy:
+    v1, v2 = parse_mounts(pathlib.Path("/proc/mounts").read_text())
+    offers = set()
+    if v2 is not None:
+        try:
+            offers = set((v2 / "cgroup.controllers").read_text().split())
+        except OSError:
+            pass
+    version, why = pick(v1, v2, offers)
+    if version != 2:
+        return Hierarchy(version, None, why)
+    own = parse_own(pathlib.Path("/proc/self/cgroup").read_text()).get("", "/")
+    here = v2 / own.lstrip("/")
+    # a grader of this group already moved its processes into the leaf: the sandboxes go beside it
+    return Hierarchy(2, here.parent if here.name == LEAF else here)
+
+
+def own_cgroup(controller: str) -> pathlib.Path | None:
+    """This process's v1 group of ``controller`` (None where v1 does not mount it)."""
+    v1, _ = parse_mounts(pathlib.Path("/proc/mounts").read_text())
+    path = parse_own(pathlib.Path("/proc/self/cgroup").read_text()).get(controller)
+    if controller not in v1 or path is None:
+        return None
+    return v1[controller] / path.lstrip("/")
+
+
+def _read(path: pathlib.Path) -> str:
+    return path.read_text()
+
+
+def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
+    """Make ``parent`` hand memory, pids and cpu to child groups, keeping v2's rules: the processes of
+    ``parent`` (this one among them) move into the leaf ``parent/mlbook-graders`` first (the root group
+    is exempt), then the controllers are enabled in ``parent/cgroup.subtree_control``. OSError, saying
+    which file refused, where that cannot be done (not root and not delegated, or the parent's own
+    parent does not offer a controller)."""
+    enabled = set(_read(parent / "cgroup.subtree_control").split())
+    needed = [c for c in V2_CONTROLLERS if c not in enabled]
+    if not needed:
+        return parent
+    offered = set(_read(parent / "cgroup.controllers").split())
+    if missing := [c for c in needed if c not in offered]:
+        raise OSError(
+            errno.EPERM,
+            f"{parent} is not offered the {' and '.join(missing)} controller by its parent "
+            "(ask for a delegated subtree with these controllers)",
+        )
+    # the root group may hold processes and hand out controllers
+    is_root = parent == hierarchy_mount()
+    for attempt in range(20):
+        pids = [] if is_root else _read(parent / "cgroup.procs").split()
+        if pids:
+            leaf = parent / LEAF
+            leaf.mkdir(exist_ok=True)
+            for pid in pids:
+                try:
+                    (leaf / "cgroup.procs").write_text(pid)
+                except ProcessLookupError:
+                    pass  # it exited meanwhile
+        try:
+            (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in needed))
+            return parent
+        except OSError as err:
+            # EBUSY: a process was born in the group meanwhile; move it too
+            if err.errno != errno.EBUSY or attempt == 19:
+                where = parent / "cgroup.subtree_control"
+                raise OSError(err.errno, f"cannot write {where}: {err.strerror}") from None
+    return parent
+
+
+def hierarchy_mount() -> pathlib.Path | None:
+    """The cgroup2 mount point: its root group is exempt from the no-internal-process rule."""
+    return parse_mounts(pathlib.Path("/proc/mounts").read_text())[1]
+
+
+# ---------------------------------------------------------------------------------------- one sandbox's group
 class Cgroup:
-    """One cgroup v1 group per controller for one sandbox; ``kill`` empties and removes them."""
+    """The group(s) of one sandbox, on this machine's back end; ``kill`` empties them, ``remove`` also
+    deletes them. ``procs_files``: the files a process writes its pid to to enter; ``usage_counter``:
+    (file, field, scale) of the CPU seconds every process of it used so far."""
 
     def __init__(self, limits: GradingLimits):
         self.dirs: dict[str, pathlib.Path] = {}
+        h = hierarchy()
+        if h.version is None:
+            raise OSError(errno.ENOTSUP, h.why)
+        self.version = h.version
         name = f"mlbook-sandbox-{os.getpid()}-{next(_counter)}"
         try:
-            for c in CONTROLLERS:
-                parent = own_cgroup(c)
-                if parent is None or not parent.is_dir():
-                    raise OSError(f"no {c} cgroup")
-                if parent / name in self.dirs.values():  # co-mounted controllers (cpu,cpuacct)
-                    self.dirs[c] = parent / name
-                    continue
-                (parent / name).mkdir()
-                self.dirs[c] = parent / name
-            mem = str(int(limits.memory_bytes))
-            self._write("memory", "memory.limit_in_bytes", mem)
-            if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
-                self._write("memory", "memory.memsw.limit_in_bytes", mem)
-            self._write("pids", "pids.max", str(int(limits.processes)))
-            self._write("cpu", "cpu.cfs_period_us", "100000")
-            self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits.cpus)))
+            if self.version == 2:
+                self._make_v2(prepare_v2(h.where) / name, limits)
+            else:
+                self._make_v1(name, limits)
         except OSError:
             self.remove()
             raise
+
+    def _make_v2(self, d: pathlib.Path, limits: GradingLimits):
+        d.mkdir()
+        self.dirs = {c: d for c in V2_CONTROLLERS}
+        self._write("memory", "memory.max", str(int(limits.memory_bytes)))
+        if (d / "memory.swap.max").exists():
+            self._write("memory", "memory.swap.max", "0")
+        self._write("pids", "pids.max", str(int(limits.processes)))
+        self._write("cpu", "cpu.max", f"{int(100000 * limits.cpus)} 100000")
+
+    def _make_v1(self, name: str, limits: GradingLimits):
+        for c in CONTROLLERS:
+            parent = own_cgroup(c)
+            if parent is None or not parent.is_dir():
+                raise OSError(f"no {c} cgroup")
+            if parent / name in self.dirs.values():  # co-mounted controllers (cpu,cpuacct)
+                self.dirs[c] = parent / name
+                continue
+            (parent / name).mkdir()
+            self.dirs[c] = parent / name
+        mem = str(int(limits.memory_bytes))
+        self._write("memory", "memory.limit_in_bytes", mem)
+        if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+            self._write("memory", "memory.memsw.limit_in_bytes", mem)
+        self._write("pids", "pids.max", str(int(limits.processes)))
+        self._write("cpu", "cpu.cfs_period_us", "100000")
+        self._write("cpu", "cpu.cfs_quota_us", str(int(100000 * limits.cpus)))
 
     def _write(self, c, name, value):
         (self.dirs[c] / name).write_text(value)
@@ -61,14 +227,17 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
-    def usage_file(self) -> str:
-        """The file holding the CPU time used by every process of the sandbox so far (nanoseconds)."""
-        return str(self.dirs["cpuacct"] / "cpuacct.usage")
+    def usage_counter(self) -> tuple[str, int, float]:
+        """The CPU time of every process of the sandbox so far: (file, whitespace field, seconds per unit)."""
+        if self.version == 2:
+            return str(self.dirs["cpu"] / "cpu.stat"), 1, 1e-6  # "usage_usec N" is its first line
+        return str(self.dirs["cpuacct"] / "cpuacct.usage"), 0, 1e-9
 
     def cpu_seconds(self) -> float | None:
         try:
-            return int(pathlib.Path(self.usage_file()).read_text()) / 1e9
-        except (OSError, KeyError, ValueError):
+            path, field, scale = self.usage_counter()
+            return int(pathlib.Path(path).read_text().split()[field]) * scale
+        except (OSError, KeyError, ValueError, IndexError):
             return None
 
     def pids(self) -> set[int]:
@@ -81,24 +250,37 @@ class Cgroup:
         return found
 
     def oom_killed(self) -> bool:
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
-            stat = (self.dirs["memory"] / "memory.oom_control").read_text()
-            return any(
-                line.split()[-1] != "0"
-                for line in stat.splitlines()
-                if line.startswith("oom_kill ")
-            )
-        except (OSError, KeyError, IndexError):
+            stat = (self.dirs["memory"] / name).read_text()
+        except (OSError, KeyError):
             return False
+        return any(
+            line.split()[-1] != "0" for line in stat.splitlines() if line.startswith("oom_kill ")
+        )
 
     def kill(self):
         """SIGKILL every process in the group until it is empty. ``pids.max`` drops to 0 first: no process
-        in the group can make another meanwhile, so a fork bomb cannot outrun the loop. Returns once
-        every process it killed has finished exiting (gone, or a zombie), or after 2 s: a dying process
-        leaves the group's listing before the kernel has let go of its memory."""
+        in the group can make another meanwhile, so a fork bomb cannot outrun the loop (v2 kills the
+        whole group in the kernel with ``cgroup.kill``, or freezes it first where that file is missing).
+        Returns once every process it killed has finished exiting (gone, or a zombie), or after 2 s: a
+        dying process leaves the group's listing before the kernel has let go of its memory."""
         if "pids" in self.dirs:
             try:
                 self._write("pids", "pids.max", "0")
+            except OSError:
+                pass
+        frozen = False
+        if self.version == 2 and self.dirs:
+            d = self.dirs["memory"]
+            try:
+                (d / "cgroup.kill").write_text("1")
+            except FileNotFoundError:  # kernels before 5.14: stop it, then kill what is listed
+                try:
+                    (d / "cgroup.freeze").write_text("1")
+                    frozen = True
+                except OSError:
+                    pass
             except OSError:
                 pass
         killed = set()
@@ -112,6 +294,11 @@ class Cgroup:
                 except ProcessLookupError:
                     pass
             killed |= pids
+            if frozen:  # a frozen process dies of SIGKILL only once thawed
+                try:
+                    self._write("memory", "cgroup.freeze", "0")
+                except OSError:
+                    pass
             time.sleep(0.005)
         for _ in range(200):
             if not any(map(running, killed)):
@@ -141,18 +328,29 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
+def _stale_parents() -> list[pathlib.Path]:
+    h = hierarchy()
+    if h.version == 2:
+        return [h.where]
+    return [p for p in map(own_cgroup, CONTROLLERS) if p is not None]
+
+
 @functools.cache
 def cgroups_available() -> str | None:
     """None if a per-sandbox cgroup can be made here, else why not (then memfd is denied instead)."""
     if os.environ.get("MLBOOK_NO_CGROUP") == "1":
         return "MLBOOK_NO_CGROUP=1"
+    h = hierarchy()
+    if h.version is None:
+        return f"no usable cgroup: {h.why}"
     try:
         Cgroup(DEFAULT_LIMITS).remove()
     except OSError as err:
-        return f"cannot create a cgroup v1 group: {err}"
-    for c in CONTROLLERS:  # groups left by a grader that was killed (their processes died with it)
-        parent = own_cgroup(c)
-        for stale in parent.glob("mlbook-sandbox-*") if parent else []:
+        where = f" at {h.where}" if h.where else ""
+        return f"cannot create a cgroup v{h.version} group{where}: {err.strerror or err}"
+    # groups left by a grader that was killed (their processes died with it)
+    for parent in _stale_parents():
+        for stale in parent.glob("mlbook-sandbox-*"):
             pid = stale.name.split("-")[2]
             if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
                 try:
@@ -162,27 +360,75 @@ def cgroups_available() -> str | None:
     return None
 
 
+def describe() -> str:
+    """One line for ``mlbook doctor``: the cgroup version found, where, delegated or not, and whether the
+    sandboxes can have a group of their own here (else why not)."""
+    h = hierarchy()
+    if h.version is None:
+        return f"cgroup: none usable ({h.why})"
+    if h.version == 2:
+        owner = h.where.stat().st_uid if h.where.exists() else None
+        who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+        delegated = (
+            "delegated to this user" if owner == os.geteuid() and os.geteuid() != 0 else f"as {who}"
+        )
+        head = f"cgroup v2, sandboxes under {h.where} ({delegated})"
+    else:
+        head = "cgroup v1 (memory, pids, cpu, cpuacct), sandboxes under this process's own groups"
+    why = cgroups_available()
+    return f"{head}: " + ("usable" if why is None else f"NOT usable: {why}")
+
+
+def refusal_note() -> str | None:
+    """The line ``grade-class`` and ``mlbook grade`` print where no sandbox can have a group of its own:
+    which back end was found, why it cannot be used, what is refused and how to fix it (None: usable)."""
+    why = cgroups_available()
+    if why is None:
+        return None
+    return (
+        f"note: no cgroup for the sandboxes here ({why}): student code that starts a process "
+        "(`!` lines, %%bash, subprocess, multiprocessing) is refused, and memory is bounded per "
+        "process only. Grade as root, in a cgroup delegated to you (`mlbook hub` gives its "
+        "instructor one; with systemd: systemd-run --user --scope -p Delegate=yes mlbook ...), "
+        "or see `mlbook doctor`."
+    )
+
+
+# ---------------------------------------------------------------------------------------- delegation
 # A user's first process enters the groups named before "--", then becomes the rest ("$1": the folder to
 # start in). A group it cannot enter is skipped: without cgroups, grading refuses new processes instead.
 ENTER_THEN_RUN = (
     'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" 2>/dev/null; shift; done; '
     'shift; cd "$1" && shift && exec "$@"'
 )
+# v2 delegation: the files the delegatee writes (kernel docs, "Delegation Containment"; systemd's Delegate=yes)
+V2_DELEGATED = ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")
 
 
 def delegate(user: str) -> list[str]:
-    """Give ``user`` a group per controller under this (root) process's own, owned by them, as
-    systemd's ``Delegate=yes`` does for a service: returns their ``cgroup.procs`` files, which the
-    user's first process enters (``ENTER_THEN_RUN``). Everything it starts is then in them, and
-    ``Cgroup`` makes each sandbox's groups under them without root (a new group's files belong to
-    whoever made it). ``mlbook hub`` does this for the instructor's server, so that ``grade-class`` and
-    formgrader's Autograde run student code that starts processes as a kernel does. ``[]`` where
-    cgroup v1 cannot be written here."""
+    """Give ``user`` groups of their own under this (root) process's own, as systemd's ``Delegate=yes``
+    does for a service: returns their ``cgroup.procs`` files, which the user's first process enters
+    (``ENTER_THEN_RUN``). Everything it starts is then in them, and ``Cgroup`` makes each sandbox's
+    groups under them without root. On v1 a group per controller, owned by the user (a new group's
+    files belong to whoever made it); on v2 one group whose directory, ``cgroup.procs``,
+    ``cgroup.subtree_control`` and ``cgroup.threads`` are the user's, with memory, pids and cpu offered
+    to it (its own limits stay root's). ``mlbook hub`` does this for the instructor's server, so that
+    ``grade-class`` and formgrader's Autograde run student code that starts processes as a kernel does.
+    ``[]`` where no cgroup can be written here."""
     import pwd
 
-    dirs: list[pathlib.Path] = []
     try:
         pw = pwd.getpwnam(user)
+        h = hierarchy()
+        if h.version == 2:
+            mine = prepare_v2(h.where) / f"mlbook-grader-{user}"
+            mine.mkdir(exist_ok=True)
+            for path in (mine, *(mine / f for f in V2_DELEGATED)):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+            return [str(mine / "cgroup.procs")]
+        if h.version is None:
+            return []
+        dirs: list[pathlib.Path] = []
         for c in CONTROLLERS:
             parent = own_cgroup(c)
             if parent is None or not parent.is_dir():

@@ -23,6 +23,7 @@ import sys
 import threading
 
 from mlbook_tools import classentry, gradebook, grading, manual_audit, sandbox
+from mlbook_tools.cgroups import refusal_note
 from mlbook_tools.classentry import ClassEntry, Outcome
 from mlbook_tools.classgrade_worker import drive
 from mlbook_tools.classreport import entry_line, report_extra_files, report_misnamed
@@ -84,14 +85,9 @@ def grade_class(
                 f"{why}\nGrading stopped: student code would run unconfined. Pass --no-sandbox (or set MLBOOK_TRUSTED=1) "
                 "only for submissions you trust."
             )
-        no_cgroup = sandbox.cgroups_available()
-        if no_cgroup:  # said once, where the instructor looks: some honest answers will lose points
-            print(
-                f"note: no cgroup for the sandboxes here ({no_cgroup}): student code that starts a "
-                "process (`!` lines, %%bash, subprocess, multiprocessing) is refused. Run grade-class as "
-                "root or in a cgroup delegated to you (`mlbook hub` gives its instructor one).",
-                file=sys.stderr,
-            )
+        note = refusal_note()
+        if note:  # said once, where the instructor looks: some honest answers will lose points
+            print(note, file=sys.stderr)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         try:
             gb.find_assignment(assignment)

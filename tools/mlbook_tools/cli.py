@@ -12,6 +12,8 @@ mlbook new-course DIR                        create an nbgrader course folder (c
 mlbook grade-class [--course DIR] [--workers N] [--force]
                                              grade every submission of an nbgrader course into its gradebook
 mlbook limits [--markdown]                   every grading limit, its default and what it bounds
+mlbook doctor                                can this machine grade safely: bubblewrap, seccomp, the
+                                             cgroup back end (v1/v2, delegated or not), user namespaces
 mlbook hub --instructor U --students A,B     (root) a JupyterHub course on this machine: users, exchange,
                                              the course folder, both environments (README "On a JupyterHub")
 
@@ -141,7 +143,15 @@ def _main(argv: list[str] | None = None) -> int:
     lim.add_argument(
         "--markdown", action="store_true", help="as the README's table (generated from the fields)"
     )
+    sub.add_parser(
+        "doctor", help="can this machine grade safely: sandbox, seccomp, cgroup back end"
+    )
     args = ap.parse_args(argv)
+
+    if args.command == "doctor":
+        from mlbook_tools.doctor import report
+
+        return report()
 
     if args.command == "limits":
         from mlbook_tools.limits import help_text, markdown_table
@@ -252,6 +262,11 @@ def _main(argv: list[str] | None = None) -> int:
     stage(
         f"grading {args.path}: the course's checks, then your answers in the sandbox (about a minute)"
     )
+    if not trusted:
+        from mlbook_tools.cgroups import refusal_note
+
+        if note := refusal_note():
+            print(note, file=sys.stderr)
     try:
         result = grade_notebook(args.path, args.assignment, trusted=trusted, limits=limits)
     except SandboxUnavailable as err:

@@ -1,7 +1,7 @@
 """What a request costs a submission: the sandbox's own time, never a busy machine's.
 
 Each request is sampled before and after (``Meter.sample``): the wall clock, the CPU time of the whole
-sandbox (its cgroup's ``cpuacct.usage``; a trusted runner's own /proc stat), and how long the runner's
+sandbox (its cgroup's ``cpu.stat`` on v2, ``cpuacct.usage`` on v1; a trusted runner's own /proc stat), and how long the runner's
 main thread and the calling (driver) thread waited for a CPU that others held (``schedstat``).
 ``Meter.charged`` turns two samples into the seconds the submission is charged.
 """
@@ -91,7 +91,7 @@ class Meter:
         delay = read(f"/proc/{pid}/task/{pid}/schedstat", 1, 1e-9) if pid is not None else None
         cpu = None
         if cgroup is not None:
-            cpu = read(cgroup.usage_file(), 0, 1e-9)
+            cpu = read(*cgroup.usage_counter())
         elif pid is not None and trusted:
             try:
                 fields = self.counters.read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()

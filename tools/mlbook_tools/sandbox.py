@@ -10,10 +10,10 @@ the gradebook, the grading cache, other submissions, tests/, solutions/ or ``mlb
 Bounds, on the sandbox as a whole:
 - no inherited file descriptor: bubblewrap starts with ``close_fds=True`` and ``pass_fds`` = the
   runner's two pipes and the seccomp program (read and closed by bubblewrap);
-- a cgroup per sandbox (cgroup v1 memory, pids, cpu, created under this process's own cgroups):
-  memory including tmpfs, /dev/shm and memfd pages (``memory.limit_in_bytes`` counts shmem, swap
-  capped too), a process/thread count (``pids.max``), one CPU's worth of time, the CPU charge
-  (``cpuacct``) of every process in it, children included; ``close`` and the watchdog drop
+- a cgroup per sandbox (``cgroups.py``: cgroup v2 or v1, whichever holds memory, pids and cpu here):
+  memory including tmpfs, /dev/shm and memfd pages (shmem is charged to the group, swap capped
+  too), a process/thread count (``pids.max``), one CPU's worth of time, the CPU charge of every
+  process in it, children included; ``close`` and the watchdog drop
   ``pids.max`` to 0 and kill every process in it. Where no cgroup can be made, what it would bound
   is denied instead: ``memfd_create`` fails and no new process can be made; /tmp and /dev/shm stay
   size-capped tmpfs either way;

@@ -99,9 +99,8 @@ def test_memory_in_tmpfs_shm_and_memfd_counts_against_the_sandbox():
 def test_threads_are_capped_and_close_leaves_no_cgroup():
     r = _runner()
     dirs = dict(r.cgroup.dirs)
-    assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == str(
-        int(100000 * DEFAULT_LIMITS.cpus)
-    )
+    quota = "cpu.max" if r.cgroup.version == 2 else "cpu.cfs_quota_us"  # "Q 100000" / "Q"
+    assert (dirs["cpu"] / quota).read_text().split()[0] == str(int(100000 * DEFAULT_LIMITS.cpus))
     try:
         got = _run(
             r,
@@ -115,6 +114,25 @@ def test_threads_are_capped_and_close_leaves_no_cgroup():
     finally:
         r.close()
     assert not any(d.exists() for d in dirs.values())
+
+
+def test_no_nested_user_namespace_so_no_cgroup_file_system_can_be_mounted():
+    """A new user namespace would let code in the sandbox mount cgroup2 and, under a delegated non-root
+    grader (whose uid owns the sandbox's group), raise its own bounds: bubblewrap's --disable-userns."""
+    r = _runner()
+    try:
+        got = _run(
+            r,
+            (
+                "import ctypes, os\n\ndef probe():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                "    rc = libc.unshare(0x10000000)  # CLONE_NEWUSER\n"
+                "    return [rc, ctypes.get_errno(), os.path.exists('/sys/fs/cgroup/cgroup.procs')]\n"
+            ),
+        )
+        assert got[0] == -1 and got[1] in (1, 28), got  # EPERM or ENOSPC
+        assert got[2] is False, got
+    finally:
+        r.close()
 
 
 def _exec(r, source, timeout=60):

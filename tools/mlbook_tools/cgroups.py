@@ -127,12 +127,33 @@ def _read(path: pathlib.Path) -> str:
     return path.read_text()
 
 
+SYSTEMD_UNITS = (".slice", ".scope", ".service")
+
+
+def delegated(group: pathlib.Path) -> bool:
+    """Whether ``group`` is this process's to manage: systemd marks a unit it delegates (``Delegate=yes``)
+    with the ``trusted.delegate`` (or, for a user manager, ``user.delegate``) attribute; a non-root
+    user owns what was delegated to them; a group that is no systemd unit was made by its user (this
+    grader's own, a container's, ``mlbook hub``'s). ``MLBOOK_CGROUP_DELEGATED=1`` says so by hand (a
+    systemd too old to set the attribute)."""
+    if os.environ.get("MLBOOK_CGROUP_DELEGATED") == "1" or not group.name.endswith(SYSTEMD_UNITS):
+        return True
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(group, name) == b"1":
+                return True
+        except OSError:
+            pass
+    return os.geteuid() != 0 and group.stat().st_uid == os.geteuid()
+
+
 def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
     """Make ``parent`` hand memory, pids and cpu to child groups, keeping v2's rules: the processes of
-    ``parent`` (this one among them) move into the leaf ``parent/mlbook-graders`` first (the root group
-    is exempt), then the controllers are enabled in ``parent/cgroup.subtree_control``. OSError, saying
-    which file refused, where that cannot be done (not root and not delegated, or the parent's own
-    parent does not offer a controller)."""
+    ``parent`` (this one among them) move into the leaf ``parent/mlbook-graders`` first (the hierarchy's
+    true root, the one group without ``cgroup.type``, is exempt; a container's namespace root is not),
+    then the controllers are enabled in ``parent/cgroup.subtree_control``. A systemd unit that was not
+    delegated is left alone (systemd owns it). OSError, saying which file refused and what to do,
+    where that cannot be done (not root and not delegated, or the parent does not offer a controller)."""
     enabled = set(_read(parent / "cgroup.subtree_control").split())
     needed = [c for c in V2_CONTROLLERS if c not in enabled]
     if not needed:
@@ -144,8 +165,13 @@ def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
             f"{parent} is not offered the {' and '.join(missing)} controller by its parent "
             "(ask for a delegated subtree with these controllers)",
         )
-    # the root group may hold processes and hand out controllers
-    is_root = parent == hierarchy_mount()
+    if not delegated(parent):
+        raise OSError(
+            errno.EPERM,
+            f"{parent} belongs to systemd, which did not delegate it: run the grader in a delegated "
+            "scope (systemd-run --scope -p Delegate=yes ..., or --user as a non-root user)",
+        )
+    is_root = not (parent / "cgroup.type").exists()
     for attempt in range(20):
         pids = [] if is_root else _read(parent / "cgroup.procs").split()
         if pids:
@@ -165,11 +191,6 @@ def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
                 where = parent / "cgroup.subtree_control"
                 raise OSError(err.errno, f"cannot write {where}: {err.strerror}") from None
     return parent
-
-
-def hierarchy_mount() -> pathlib.Path | None:
-    """The cgroup2 mount point: its root group is exempt from the no-internal-process rule."""
-    return parse_mounts(pathlib.Path("/proc/mounts").read_text())[1]
 
 
 # ---------------------------------------------------------------------------------------- one sandbox's group
@@ -240,9 +261,17 @@ class Cgroup:
         except (OSError, KeyError, ValueError, IndexError):
             return None
 
+    def _tree(self) -> list[pathlib.Path]:
+        """Its groups, each with any group made inside it, innermost first (the order rmdir needs)."""
+        out = []
+        for d in dict.fromkeys(self.dirs.values()):
+            inner = [p for p in d.glob("**/") if p != d] if d.is_dir() else []
+            out += sorted(inner, key=lambda p: -len(p.parts)) + [d]
+        return out
+
     def pids(self) -> set[int]:
         found = set()
-        for d in dict.fromkeys(self.dirs.values()):
+        for d in self._tree():
             try:
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
             except (OSError, ValueError):
@@ -274,13 +303,11 @@ class Cgroup:
         if self.version == 2 and self.dirs:
             d = self.dirs["memory"]
             try:
-                (d / "cgroup.kill").write_text("1")
-            except FileNotFoundError:  # kernels before 5.14: stop it, then kill what is listed
-                try:
+                if (d / "cgroup.kill").exists():
+                    (d / "cgroup.kill").write_text("1")  # the kernel kills the whole subtree
+                else:  # kernels before 5.14: stop it, then kill what is listed (SIGKILL reaches frozen tasks)
                     (d / "cgroup.freeze").write_text("1")
                     frozen = True
-                except OSError:
-                    pass
             except OSError:
                 pass
         killed = set()
@@ -294,12 +321,12 @@ class Cgroup:
                 except ProcessLookupError:
                     pass
             killed |= pids
-            if frozen:  # a frozen process dies of SIGKILL only once thawed
-                try:
-                    self._write("memory", "cgroup.freeze", "0")
-                except OSError:
-                    pass
             time.sleep(0.005)
+        if frozen:
+            try:
+                self._write("memory", "cgroup.freeze", "0")
+            except OSError:
+                pass
         for _ in range(200):
             if not any(map(running, killed)):
                 break
@@ -307,7 +334,7 @@ class Cgroup:
 
     def remove(self):
         self.kill()
-        for d in dict.fromkeys(self.dirs.values()):
+        for d in self._tree():
             for _ in range(100):
                 try:
                     d.rmdir()
@@ -396,9 +423,11 @@ def refusal_note() -> str | None:
 
 # ---------------------------------------------------------------------------------------- delegation
 # A user's first process enters the groups named before "--", then becomes the rest ("$1": the folder to
-# start in). A group it cannot enter is skipped: without cgroups, grading refuses new processes instead.
+# start in). A group it cannot enter is said on stderr and skipped: without cgroups, grading refuses new
+# processes instead.
 ENTER_THEN_RUN = (
-    'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" 2>/dev/null; shift; done; '
+    'for f in "$@"; do [ "$f" = -- ] && break; echo $$ 2>/dev/null > "$f" || '
+    'echo "mlbook: could not enter the cgroup $f: grading here refuses new processes" >&2; shift; done; '
     'shift; cd "$1" && shift && exec "$@"'
 )
 # v2 delegation: the files the delegatee writes (kernel docs, "Delegation Containment"; systemd's Delegate=yes)
@@ -425,7 +454,13 @@ def delegate(user: str) -> list[str]:
             mine.mkdir(exist_ok=True)
             for path in (mine, *(mine / f for f in V2_DELEGATED)):
                 os.chown(path, pw.pw_uid, pw.pw_gid)
-            return [str(mine / "cgroup.procs")]
+            # the user's processes start in the leaf, never in `mine`: once their grader has enabled
+            # controllers in `mine`, no process may enter it (a second start of the server would fail)
+            leaf = mine / LEAF
+            leaf.mkdir(exist_ok=True)
+            for path in (leaf, leaf / "cgroup.procs", leaf / "cgroup.threads"):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+            return [str(leaf / "cgroup.procs")]
         if h.version is None:
             return []
         dirs: list[pathlib.Path] = []

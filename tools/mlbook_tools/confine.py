@@ -224,6 +224,10 @@ def bwrap_command(
     cmd = [
         str(bwrap) if bwrap.exists() else _bwrap_binary(),
         "--unshare-all",
+        "--unshare-user",
+        # no nested user namespace: with one, code in the sandbox could mount cgroup2 and, where the
+        # grader is a delegated non-root user (its uid owns the sandbox's group), rewrite its own bounds
+        "--disable-userns",
         "--die-with-parent",
         "--new-session",
         "--cap-drop",

@@ -24,12 +24,16 @@ if [ ! -x "$VENV_VM/bin/vng" ]; then
 fi
 export PATH="$ROOT/$VENV_VM/bin:$PATH"  # vng runs virtme-run from PATH
 OUT=$(mktemp -d /tmp/mlbook-cgroup2-XXXXXX)
+# the sandbox's stage (hard links to the installed packages), built here: the guest reads this machine's
+# files through 9p, where a hard link cannot reach and a copy of torch takes many minutes
+STAGE=$(.venv/bin/python -c "from mlbook_tools.confine import staging; print(staging())") \
+    || { echo "test-cgroup2: the sandbox's stage could not be built" >&2; exit 1; }
 KVM=--disable-kvm
 [ "${MLBOOK_VM_KVM:-}" = 1 ] && KVM=
 echo "test-cgroup2: booting $KERNEL under qemu (${KVM:+TCG, }2 CPUs, 4 GiB); the tests' output: $OUT/log.txt"
 start=$(date +%s)
 timeout "${MLBOOK_VM_TIMEOUT:-2400}" vng --run "$KERNEL" $KVM --memory 4G --cpus 2 --rwdir="$OUT" \
-    --exec "bash $ROOT/tests/cgroup2/guest.sh $OUT" > "$OUT/vng.txt" 2>&1
+    --exec "bash $ROOT/tests/cgroup2/guest.sh $OUT $STAGE" > "$OUT/vng.txt" 2>&1
 vm=$?
 [ -f "$OUT/log.txt" ] && cat "$OUT/log.txt"
 cat "$OUT/guest.txt" 2>/dev/null

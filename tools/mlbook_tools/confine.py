@@ -151,7 +151,16 @@ def _link_tree(src: pathlib.Path, dst: pathlib.Path):
 def staging() -> pathlib.Path:
     """A folder with site/<package> for every import root, the files of ``INSIDE`` and bubblewrap.
 
-    Keyed by the path, size and mtime of every file it holds: a changed package gets a new folder."""
+    Keyed by the path, size and mtime of every file it holds: a changed package gets a new folder.
+    ``MLBOOK_SANDBOX_STAGE`` names one built beforehand, used as it is (the grader's operator sets it:
+    a read-only machine image, or the cgroup v2 guest of ``make test-cgroup2``, which sees the host's
+    files through 9p, where hard links cannot reach and a copy of torch would take minutes)."""
+    given = os.environ.get("MLBOOK_SANDBOX_STAGE")
+    if given:
+        stage = pathlib.Path(given)
+        if not (stage / "site").is_dir():
+            raise OSError(f"MLBOOK_SANDBOX_STAGE={given} is not a sandbox stage (no site/ folder)")
+        return stage
     return _build_stage(*_stage_items())
 
 

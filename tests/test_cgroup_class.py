@@ -5,7 +5,7 @@ three correct styles that start processes (``!mkdir`` + ``%%writefile`` package,
 marks), and the run leaves no sandbox group and no process behind.
 
 ``MLBOOK_TIME_SCALE`` (default 1) multiplies every time limit: the guest runs under software emulation
-(TCG), some thirty times slower than this machine, and a limit there is not what this test proves.
+(TCG), some thirty to fifty times slower than this machine, and a limit there is not what this test proves.
 """
 
 import dataclasses

@@ -1,5 +1,5 @@
 """The hub instructor's cgroups (``cgroups.delegate``): root gives a user groups of their own, the user's
-first process enters them (``ENTER_THEN_RUN``, as the hub's spawner starts the instructor's server), and
+first process enters them while still root (``cgroups.entering``, the hub spawner's preexec_fn), and
 from then on that user, not root, makes, bounds and enters a sandbox's group under them with the
 grader's own ``Cgroup``. Without it a non-root grader has no cgroup: student code that starts a process
 is refused. On cgroup v1 (here) and v2 (``make test-cgroup2``'s guest) alike."""
@@ -56,24 +56,16 @@ def _as_user(groups: list[str]) -> subprocess.CompletedProcess:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": str(TOOLS),
     }
+    # as the hub's spawner starts the instructor's server: it enters the groups while still root
+    # (cgroups.entering, its preexec_fn), then becomes the user, who starts in the folder given
+    start = ["/bin/sh", "-c", cgroups.ENTER_THEN_RUN, "sh", "--", "/"]
     return subprocess.run(
-        [
-            shutil.which("runuser"),
-            "-u",
-            USER,
-            "--",
-            "/bin/sh",
-            "-c",
-            cgroups.ENTER_THEN_RUN,
-            "sh",
-            *groups,
-            "--",
-        ]
-        + ["/", PYTHON, "-c", MAKE_SANDBOX],
+        [shutil.which("runuser"), "-u", USER, "--", *start, PYTHON, "-c", MAKE_SANDBOX],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
+        preexec_fn=cgroups.entering(groups),
     )
 
 
@@ -142,7 +134,7 @@ def test_in_a_containers_cgroup_namespace_the_grader_moves_its_processes_into_a_
     ctr.mkdir()
     try:
         (tmp_path / "grader.py").write_text(NAMESPACED)
-        inner = f"mount -t cgroup2 none /sys/fs/cgroup && exec {PYTHON} {tmp_path / 'grader.py'}"
+        inner = f"umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec {PYTHON} {tmp_path / 'grader.py'}"
         cmd = f'echo $$ > {ctr}/cgroup.procs && exec unshare -Cm /bin/sh -c "$1"'
         run = subprocess.run(
             ["/bin/sh", "-c", cmd, "sh", inner],

@@ -24,7 +24,7 @@ PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider --noconftest -v -m cgroup
     .venv/bin/python -c "from mlbook_tools import cgroups as c; print(c.describe()); \
 assert c.hierarchy().version == 2 and c.cgroups_available() is None" && \
     "${PYTEST[@]}" tests/test_cgroup_bounds.py tests/test_cgroup_delegation.py && \
-        MLBOOK_TIME_SCALE=${MLBOOK_TIME_SCALE:-30} "${PYTEST[@]}" tests/test_cgroup_class.py
+        MLBOOK_TIME_SCALE=${MLBOOK_TIME_SCALE:-60} "${PYTEST[@]}" tests/test_cgroup_class.py
 } > "$OUT/log.txt" 2>&1
 rc=$?
 # nothing may skip there: every test of the lane applies on a v2 machine run as root

@@ -30,9 +30,9 @@ STAGE=$(.venv/bin/python -c "from mlbook_tools.confine import staging; print(sta
     || { echo "test-cgroup2: the sandbox's stage could not be built" >&2; exit 1; }
 KVM=--disable-kvm
 [ "${MLBOOK_VM_KVM:-}" = 1 ] && KVM=
-echo "test-cgroup2: booting $KERNEL under qemu (${KVM:+TCG, }2 CPUs, 4 GiB); the tests' output: $OUT/log.txt"
+echo "test-cgroup2: booting $KERNEL under qemu (${KVM:+TCG, }2 CPUs, 6 GiB); the tests' output: $OUT/log.txt"
 start=$(date +%s)
-timeout "${MLBOOK_VM_TIMEOUT:-2400}" vng --run "$KERNEL" $KVM --memory 4G --cpus 2 --rwdir="$OUT" \
+timeout "${MLBOOK_VM_TIMEOUT:-2400}" vng --run "$KERNEL" $KVM --memory 6G --cpus 2 --rwdir="$OUT" \
     --exec "bash $ROOT/tests/cgroup2/guest.sh $OUT $STAGE" > "$OUT/vng.txt" 2>&1
 vm=$?
 [ -f "$OUT/log.txt" ] && cat "$OUT/log.txt"

@@ -434,10 +434,31 @@ ENTER_THEN_RUN = (
 V2_DELEGATED = ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")
 
 
+def entering(groups, then=None):
+    """A ``preexec_fn``: the new process enters ``groups`` (``cgroup.procs`` files) while it is still
+    root, then runs ``then`` (which drops to the user). On v2 only a process allowed to write the
+    common ancestor's ``cgroup.procs`` may move one into a delegated group, so the user cannot enter
+    it alone (``ENTER_THEN_RUN`` run as the user works on v1 only). A group it cannot enter is said
+    on stderr and skipped: grading there refuses new processes instead."""
+    import sys
+
+    def preexec():
+        for procs in groups:
+            try:
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as err:
+                print(f"mlbook: could not enter the cgroup {procs}: {err}", file=sys.stderr)
+        if then is not None:
+            then()
+
+    return preexec
+
+
 def delegate(user: str) -> list[str]:
     """Give ``user`` groups of their own under this (root) process's own, as systemd's ``Delegate=yes``
     does for a service: returns their ``cgroup.procs`` files, which the user's first process enters
-    (``ENTER_THEN_RUN``). Everything it starts is then in them, and ``Cgroup`` makes each sandbox's
+    while still root (``entering``; on v1 ``ENTER_THEN_RUN`` as the user works too). Everything it starts is then in them, and ``Cgroup`` makes each sandbox's
     groups under them without root. On v1 a group per controller, owned by the user (a new group's
     files belong to whoever made it); on v2 one group whose directory, ``cgroup.procs``,
     ``cgroup.subtree_control`` and ``cgroup.threads`` are the user's, with memory, pids and cpu offered

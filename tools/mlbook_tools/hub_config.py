@@ -57,9 +57,21 @@ def write_configs(
 
 
 HUB_CONFIG = '''"""JupyterHub for the course (written by `mlbook hub`; rerun it rather than edit this file)."""
-from mlbook_tools.cgroups import ENTER_THEN_RUN, delegate
+from jupyterhub.spawner import LocalProcessSpawner
+
+from mlbook_tools.cgroups import ENTER_THEN_RUN, delegate, entering
 
 c = get_config()  # noqa: F821
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """Each server as its own user; the instructor's enters its delegated cgroups first, still as root
+    (cgroup v2 lets a process in only by a writer of the common ancestor's cgroup.procs)."""
+
+    groups = ()
+
+    def make_preexec_fn(self, name):
+        return entering(self.groups, super().make_preexec_fn(name))
 
 HUB = {hub!r}
 INSTRUCTOR = {instructor!r}
@@ -78,7 +90,7 @@ c.JupyterHub.hub_port = {hub_port}
 c.JupyterHub.authenticator_class = "jupyterhub.auth.PAMAuthenticator"  # the machine's own passwords
 c.Authenticator.allowed_users = {users!r}
 c.Authenticator.admin_users = {{INSTRUCTOR}}
-c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"  # each server as its own user
+c.JupyterHub.spawner_class = CourseSpawner  # each server as its own user
 c.Spawner.default_url = "/lab"
 c.JupyterHub.implicit_spawn_seconds = 1  # a stopped server starts when its page is visited
 c.Spawner.start_timeout = 180
@@ -92,9 +104,9 @@ def per_role(spawner):
     where = COURSE if role == "instructor" else "."
     # the instructor's server starts in cgroups of its own (made here, as root): the sandboxes that
     # grade-class and Autograde make go under them, so student code may start processes, bounded
-    groups = delegate(spawner.user.name) if role == "instructor" else []
+    spawner.groups = delegate(spawner.user.name) if role == "instructor" else []
     server = [where, python, "-m", "jupyterhub.singleuser"]
-    spawner.cmd = ["/bin/sh", "-c", ENTER_THEN_RUN, "sh", *groups, "--", *server]
+    spawner.cmd = ["/bin/sh", "-c", ENTER_THEN_RUN, "sh", "--", *server]  # entered already: cd, exec
     spawner.environment.update(ENV[role])
     if role == "instructor":
         spawner.notebook_dir = COURSE

@@ -3,7 +3,8 @@
 # machine's root file system read-only, the checkout at its own path). $1: the host folder shared
 # writable with the guest, where the results go. Everything the grader writes goes under /tmp.
 # The lane: every test marked `cgroup` (the bounds with small Python processes, delegation to a
-# non-root user, then the class of four with two workers, its time limits scaled for emulation).
+# non-root user; then, time limits scaled for emulation, the whole sandbox's memory bound with the
+# out-of-memory verdict and its process styles, and the class of four with two workers).
 set -u
 OUT=$1
 export MLBOOK_SANDBOX_STAGE=$2  # built on the host (tests/cgroup2/run.sh)
@@ -24,7 +25,8 @@ PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider --noconftest -v -m cgroup
     .venv/bin/python -c "from mlbook_tools import cgroups as c; print(c.describe()); \
 assert c.hierarchy().version == 2 and c.cgroups_available() is None" && \
     "${PYTEST[@]}" tests/test_cgroup_bounds.py tests/test_cgroup_delegation.py && \
-        MLBOOK_TIME_SCALE=${MLBOOK_TIME_SCALE:-60} "${PYTEST[@]}" tests/test_cgroup_class.py
+        MLBOOK_TIME_SCALE=${MLBOOK_TIME_SCALE:-60} "${PYTEST[@]}" tests/test_sandbox_bounds.py \
+        tests/test_cgroup_class.py
 } > "$OUT/log.txt" 2>&1
 rc=$?
 # nothing may skip there: every test of the lane applies on a v2 machine run as root

@@ -79,7 +79,7 @@ def grade_class(
         limits = limits.replace(budget_seconds=float(budget))
     source = this.source(course)
     if not trusted:
-        why = sandbox.check_available()
+        why = sandbox.check_available(limits)
         if why:
             raise sandbox.SandboxUnavailable(
                 f"{why}\nGrading stopped: student code would run unconfined. Pass --no-sandbox (or set MLBOOK_TRUSTED=1) "

@@ -93,7 +93,7 @@ class SandboxedExecute(Preprocessor):
             mine.get(REFUSED) if isinstance(mine, dict) else None
         )  # BoundedNotebookExporter's mark
         trusted = confine.trusted_mode()
-        why = None if trusted or refused else sandbox.check_available()
+        why = None if trusted or refused else sandbox.check_available(limits)
         if why:
             raise sandbox.SandboxUnavailable(
                 f"{why}\nnbgrader autograde stopped: in this course it grades only through the sandbox. "

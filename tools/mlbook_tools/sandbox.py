@@ -359,10 +359,10 @@ class Runner:
         return (self.out.text() + self.err.text()).strip()
 
 
-def check_available() -> str | None:
-    """None if a sandboxed runner starts here, else why not."""
+def check_available(limits: GradingLimits = DEFAULT_LIMITS) -> str | None:
+    """None if a sandboxed runner starts here within ``limits.start_seconds``, else why not."""
     try:
-        r = Runner()
+        r = Runner(start_timeout=limits.start_seconds, limits=limits)
     except SandboxUnavailable as err:
         return str(err)
     except (OSError, ImportError) as err:

@@ -107,3 +107,29 @@ def test_v2_a_systemd_unit_nobody_delegated_is_left_to_systemd(tmp_path, monkeyp
     assert (scope / "cgroup.subtree_control").read_text() == ""
     monkeypatch.setenv("MLBOOK_CGROUP_DELEGATED", "1")
     assert cgroups.prepare_v2(scope) == scope
+
+
+def test_the_refusal_line_names_the_back_end_found_and_why_it_cannot_be_used(monkeypatch):
+    """What grade-class and mlbook grade print where no sandbox can have a group: the hierarchy found,
+    why it is unusable, what that costs honest work, and the ways out."""
+    v2 = cgroups.Hierarchy(2, pathlib.Path("/sys/fs/cgroup/user.slice/session-4.scope"))
+    monkeypatch.setattr(cgroups, "hierarchy", lambda: v2)
+
+    def refuse(_limits):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(cgroups, "Cgroup", refuse)
+    cgroups.cgroups_available.cache_clear()
+    try:
+        note = cgroups.refusal_note()
+    finally:
+        cgroups.cgroups_available.cache_clear()
+    assert "cgroup v2 group at /sys/fs/cgroup/user.slice/session-4.scope: Permission denied" in note
+    assert "is refused" in note and "Delegate=yes" in note and "mlbook doctor" in note
+    monkeypatch.setattr(
+        cgroups,
+        "hierarchy",
+        lambda: cgroups.Hierarchy(None, None, "no cgroup file system is mounted"),
+    )
+    assert "no usable cgroup: no cgroup file system is mounted" in cgroups.refusal_note()
+    cgroups.cgroups_available.cache_clear()

@@ -2544,7 +2544,7 @@ print(
 )
 
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "8f8798abe33079c5f4051a8a5b722534", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "deddae4004dbcb537375f83195bd9730", "grade": false, "grade_id": "40_systems-27", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # On the toy the gap is real but small (the table prints it): bf16 has an 8-bit significand, two to
 # three decimal digits, each log-prob moves by far less than the band allows, and no token comes near the band's
 # edges, so on eight-token responses every correction above is a no-op. The same effect grows into
@@ -2573,7 +2573,7 @@ print(
 # | KL to the reference explodes in the first tens of steps | Step too large: LR too high, $\beta$ too small, too many PPO epochs or minibatches | Approx-KL $\mathbb E[r-1-\log r]$ between old and new policy per epoch; clip fraction high from epoch 1 | Lower LR; 1-2 epochs; adaptive KL controller; early-stop the epochs on approx-KL |
 # | Reward flat **and** clip fraction $\approx 0$ | The policy barely moves: LR too low, advantages near zero, or the signal never reaches the tokens | Histogram of advantages; is the score landing on a response token (see the off-by-one row)?; gradient norm | Raise LR; check masks and score placement; normalise the RM's scale once (a fixed gain/bias on SFT samples) rather than per-batch reward whitening, which in Huang et al. (2024) won fewer comparisons and wrote shorter completions (about even once length is controlled) |
 # | Value loss dwarfs the policy loss, training unstable | Critic far from the returns: random or poorly matched init, large reward scale | Explained variance of $V$ vs returns; value-loss share of the total | Initialise the critic from the RM; warm it up with the policy frozen; clip values; lower `vf_coef`; separate optimiser or gradient clip for the critic |
-# | Entropy collapses, many prompts get the same answer | KL too weak; reward favours one template | Per-token entropy over training; distinct-$n$ of samples | Raise $\beta$ or the KL target; a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
+# | Entropy collapses, many prompts get the same answer | The policy-gradient step itself drains entropy: raising already-likely tokens that scored well lowers entropy by the covariance of $\log\pi$ and $\hat A$ (Cui et al., 2025; §5); a weak KL lets it run, a reward that favours one template speeds it | Per-token entropy over training; distinct-$n$ of samples; that covariance per batch | Tighten the anchor: raise $\beta$ or *lower* the KL target (a higher target loosens it); clip-higher (DAPO: a larger upper clip, so unlikely tokens can grow); Clip-Cov or KL-Cov on the few highest-covariance tokens (arXiv:2505.22617); at most a *small* entropy bonus (a large one spreads mass over a 100k-token vocabulary) |
 # | Loss taken on prompt tokens or after EOS | Missing or misaligned response mask (the mask must be shifted with the log-probs) | Appending padding to a batch changes the loss | Mask everything outside the response in every loss, the KL and the whitening statistics |
 # | KL to the reference drifts with asynchronous rollouts although every first-epoch ratio is exactly 1 | Off-policy drift hidden by bookkeeping: samples from stale weights, $\log\pi_{\text{old}}$ recomputed with the current ones, and *no behaviour weight* to carry the correction | Is there a $\pi_{\text{prox}}/\pi_{\text{behav}}$ factor in the loss? Compare the recomputed log-probs with those recorded at sampling; their gap is the missing weight (exercise 5 prints it) | Either record $\log\pi_{\text{old}}$ under the weights that sampled, or keep the recomputation and add the truncated behaviour weight (decoupled PPO, §4.2); cap staleness either way |
 # | KL to the reference persistently and clearly negative (a small negative batch mean is noise: only the expectation of $k_1$ is $\ge 0$) | Impure sampling: top-$k$/top-$p$, a suppressed EOS or other logit processors, a temperature used in one place only, or greedy decoding (DeepSpeed-Chat decodes greedily for Llama models) make the sampled distribution differ from the one you score | Compare the log-probs recorded while sampling with recomputed ones; does the mean stay below zero for many steps, beyond its batch-to-batch spread? | Sample from the exact distribution you score (plain temperature sampling), or score the processed distribution |
@@ -3504,7 +3504,7 @@ display(Markdown("\n".join(rows)))
 # flags into dotted groups (`--algo.kl.init_coef`, `--algo.advantage.is_correction_enable`). Pin
 # the version you build on, and read its defaults from the code rather than from a blog post.
 
-# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "5672c9f8cde604b2c6dfab569a54a57b", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% [markdown] deletable=false editable=false nbgrader={"cell_type": "markdown", "checksum": "1e6f57196226cca2a3e73b37055322e2", "grade": false, "grade_id": "60_interview-0", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6. Interview questions
 #
 # Try each question aloud before opening the answer. A strong answer states the mechanism, the
@@ -3534,8 +3534,11 @@ display(Markdown("\n".join(rows)))
 # the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both). If the KL must
 # sit in the loss, use $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$: on samples from
 # $\pi_\theta$ its expected gradient is that of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, the same as $k_1$
-# in the reward; on samples from an older policy it needs the importance weight
-# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555).
+# in the reward, token by token; on samples from an older policy it needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555). Over a whole response the two
+# part ways. $k_1$ in the reward travels through the return, so a token pays for the KL of every
+# token after it as well (its choice shaped what followed); a per-token $k_2$ loss bills each token
+# for its own term only, which is the partial gradient of §5 (Tang and Munos, 2025, arXiv:2506.09477).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual

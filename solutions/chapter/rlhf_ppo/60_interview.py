@@ -28,8 +28,11 @@
 # the other direction, and $k_1$'s is zero (Tang and Munos, 2025; §5 computes both). If the KL must
 # sit in the loss, use $k_2 = \tfrac12(\log\pi_\theta - \log\pi_{\text{ref}})^2$: on samples from
 # $\pi_\theta$ its expected gradient is that of $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}})$, the same as $k_1$
-# in the reward; on samples from an older policy it needs the importance weight
-# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555).
+# in the reward, token by token; on samples from an older policy it needs the importance weight
+# $\pi_\theta/\pi_{\text{old}}$ too (Liu et al., 2025, arXiv:2510.01555). Over a whole response the two
+# part ways. $k_1$ in the reward travels through the return, so a token pays for the KL of every
+# token after it as well (its choice shaped what followed); a per-token $k_2$ loss bills each token
+# for its own term only, which is the partial gradient of §5 (Tang and Munos, 2025, arXiv:2506.09477).
 #
 # *Follow-up: a token's term can be negative. Is that a bug?* No. $\log\pi_\theta(a) - \log\pi_{\text{ref}}(a)$ is a
 # single-sample estimate; its expectation under $\pi_\theta$ is the non-negative KL, and individual

@@ -66,11 +66,9 @@ def _children() -> list[int]:
 
 def _orphan_groups() -> list[pathlib.Path]:
     """Sandbox groups whose maker is gone (a live maker's may belong to a test running beside this one)."""
-    h = cgroups.hierarchy()
-    parents = [h.where] if h.version == 2 else [cgroups.own_cgroup(c) for c in cgroups.CONTROLLERS]
     return [
         g
-        for parent in parents
+        for parent in cgroups.sandbox_parents()
         for g in parent.glob("mlbook-sandbox-*")
         if not pathlib.Path(f"/proc/{g.name.split('-')[2]}").exists()
     ]

@@ -32,7 +32,6 @@ import time
 from mlbook_tools.limits import DEFAULT as DEFAULT_LIMITS
 from mlbook_tools.limits import GradingLimits
 
-CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # v1; cpuacct: the sandbox's own CPU time
 V2_CONTROLLERS = ("memory", "pids", "cpu")  # v2 meters CPU in every group (cpu.stat)
 LEAF = "mlbook-graders"  # v2: where the grader's own group's processes go (no internal processes)
@@ -97,8 +96,14 @@ def pick(v1: dict, v2: pathlib.Path | None, v2_offers: set[str]) -> tuple[int | 
 
 
 @functools.cache
+def _mounts() -> tuple[dict[str, pathlib.Path], pathlib.Path | None]:
+    """This machine's cgroup mounts (``parse_mounts`` of /proc/mounts), read once per process."""
+    return parse_mounts(pathlib.Path("/proc/mounts").read_text())
+
+
+@functools.cache
 def hierarchy() -> Hierarchy:
-    v1, v2 = parse_mounts(pathlib.Path("/proc/mounts").read_text())
+    v1, v2 = _mounts()
     offers = set()
     if v2 is not None:
         try:
@@ -116,15 +121,11 @@ def hierarchy() -> Hierarchy:
 
 def own_cgroup(controller: str) -> pathlib.Path | None:
     """This process's v1 group of ``controller`` (None where v1 does not mount it)."""
-    v1, _ = parse_mounts(pathlib.Path("/proc/mounts").read_text())
+    v1, _ = _mounts()
     path = parse_own(pathlib.Path("/proc/self/cgroup").read_text()).get(controller)
     if controller not in v1 or path is None:
         return None
     return v1[controller] / path.lstrip("/")
-
-
-def _read(path: pathlib.Path) -> str:
-    return path.read_text()
 
 
 SYSTEMD_UNITS = (".slice", ".scope", ".service")
@@ -154,11 +155,11 @@ def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
     then the controllers are enabled in ``parent/cgroup.subtree_control``. A systemd unit that was not
     delegated is left alone (systemd owns it). OSError, saying which file refused and what to do,
     where that cannot be done (not root and not delegated, or the parent does not offer a controller)."""
-    enabled = set(_read(parent / "cgroup.subtree_control").split())
+    enabled = set((parent / "cgroup.subtree_control").read_text().split())
     needed = [c for c in V2_CONTROLLERS if c not in enabled]
     if not needed:
         return parent
-    offered = set(_read(parent / "cgroup.controllers").split())
+    offered = set((parent / "cgroup.controllers").read_text().split())
     if missing := [c for c in needed if c not in offered]:
         raise OSError(
             errno.EPERM,
@@ -173,7 +174,7 @@ def prepare_v2(parent: pathlib.Path) -> pathlib.Path:
         )
     is_root = not (parent / "cgroup.type").exists()
     for attempt in range(20):
-        pids = [] if is_root else _read(parent / "cgroup.procs").split()
+        pids = [] if is_root else (parent / "cgroup.procs").read_text().split()
         if pids:
             leaf = parent / LEAF
             leaf.mkdir(exist_ok=True)
@@ -355,7 +356,8 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
-def _stale_parents() -> list[pathlib.Path]:
+def sandbox_parents() -> list[pathlib.Path]:
+    """The groups this process makes its sandboxes' groups under (v2: one; v1: one per controller)."""
     h = hierarchy()
     if h.version == 2:
         return [h.where]
@@ -376,7 +378,7 @@ def cgroups_available() -> str | None:
         where = f" at {h.where}" if h.where else ""
         return f"cannot create a cgroup v{h.version} group{where}: {err.strerror or err}"
     # groups left by a grader that was killed (their processes died with it)
-    for parent in _stale_parents():
+    for parent in sandbox_parents():
         for stale in parent.glob("mlbook-sandbox-*"):
             pid = stale.name.split("-")[2]
             if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
